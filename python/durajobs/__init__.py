@@ -1,0 +1,33 @@
+"""durajobs: durable background jobs for Postgres.
+
+The semantics live in the database (the `jobs` schema's PL/pgSQL functions); this package is the
+thin shim that installs them and calls them.
+"""
+
+from __future__ import annotations
+
+from durajobs.client import SCHEMA_VERSION, Client, check_schema, execute, execute_async
+from durajobs.errors import DurajobsError
+from durajobs.migrations import downgrade, migrate
+from durajobs.records import ClaimedJob, EnqueueResult, QueueStat, SettleResult, StepRecord
+from durajobs.states import HeartbeatAnswer, JobState, NackTarget, StepStatus
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "ClaimedJob",
+    "Client",
+    "DurajobsError",
+    "EnqueueResult",
+    "HeartbeatAnswer",
+    "JobState",
+    "NackTarget",
+    "QueueStat",
+    "SettleResult",
+    "StepRecord",
+    "StepStatus",
+    "check_schema",
+    "downgrade",
+    "execute",
+    "execute_async",
+    "migrate",
+]

@@ -1,0 +1,275 @@
+"""Every SQL statement the package sends, as one small builder per function.
+
+A builder answers a `Call`: the function's name, the SQL in named notation, the parameters and
+the decoder of its rows. The sync and async executors (and later the worker, the relay, the CLI)
+run the same builders, so nothing is kept in step by hand. Optional arguments left as None are
+not sent, so the SQL function's own default applies.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any, Generic, TypeVar
+from uuid import UUID
+
+from psycopg.types.json import Jsonb
+
+from durajobs.errors import ClaimQueuesEmpty
+from durajobs.records import (
+    ClaimedJob,
+    EnqueueResult,
+    QueueStat,
+    Row,
+    SettleResult,
+    StepRecord,
+)
+from durajobs.states import HeartbeatAnswer, NackTarget, StepStatus, narrow
+
+T = TypeVar("T")
+
+DEFAULT_VISIBILITY = timedelta(seconds=30)
+
+
+@dataclass(frozen=True, slots=True)
+class Call(Generic[T]):
+    """One call of one SQL function, ready for an executor."""
+
+    function: str
+    sql: str
+    params: dict[str, Any]
+    decode: Callable[[Sequence[Row]], T]
+
+
+def _call(
+    function: str,
+    columns: str,
+    arguments: Mapping[str, Any],
+    decode: Callable[[Sequence[Row]], T],
+    *,
+    scalar: bool = False,
+) -> Call[T]:
+    sent = {name: value for name, value in arguments.items() if value is not None}
+    named = ", ".join(f"{name} => %({name})s" for name in sent)
+    source = f"{function}({named})"
+    sql = f"select {source}" if scalar else f"select {columns} from {source}"
+    return Call(function=function, sql=sql, params=sent, decode=decode)
+
+
+def _one(from_row: Callable[[Row], T]) -> Callable[[Sequence[Row]], T]:
+    def decode(rows: Sequence[Row]) -> T:
+        return from_row(rows[0])
+
+    return decode
+
+
+def _all(from_row: Callable[[Row], T]) -> Callable[[Sequence[Row]], list[T]]:
+    def decode(rows: Sequence[Row]) -> list[T]:
+        return [from_row(row) for row in rows]
+
+    return decode
+
+
+def _scalar(rows: Sequence[Row]) -> Any:
+    return rows[0][0]
+
+
+def version() -> Call[int]:
+    return _call("jobs.version", "", {}, _scalar, scalar=True)
+
+
+def enqueue(
+    name: str,
+    input: Mapping[str, Any],
+    idempotency_key: str,
+    *,
+    queue: str | None = None,
+    tenant_id: str | None = None,
+    run_at: datetime | None = None,
+    max_attempts: int | None = None,
+    priority: int | None = None,
+    id: UUID | None = None,
+    run_id: UUID | None = None,
+    on_conflict: str | None = None,
+    traceparent: str | None = None,
+    enqueued_by: str | None = None,
+) -> Call[EnqueueResult]:
+    arguments = {
+        "name": name,
+        # Jsonb binds the object as one jsonb value, never a double-encoded string; a
+        # non-object reaches the function, which refuses it with X_JOB_INPUT_INVALID
+        "input": Jsonb(dict(input) if isinstance(input, Mapping) else input),
+        "idempotency_key": idempotency_key,
+        "queue": queue,
+        "tenant_id": tenant_id,
+        "run_at": run_at,
+        "max_attempts": max_attempts,
+        "priority": priority,
+        "id": id,
+        "run_id": run_id,
+        "on_conflict": on_conflict,
+        "traceparent": traceparent,
+        "enqueued_by": enqueued_by,
+    }
+    return _call("jobs.enqueue", "id, run_id, deduped", arguments, _one(EnqueueResult.from_row))
+
+
+def enqueue_many(
+    requests: Sequence[Mapping[str, Any]], *, on_conflict: str | None = None
+) -> Call[list[EnqueueResult]]:
+    """Build jobs.enqueue_many; each request holds jobs.enqueue's argument names."""
+    encoded = [
+        {
+            key: (str(value) if isinstance(value, UUID | datetime) else value)
+            for key, value in request.items()
+            if value is not None
+        }
+        for request in requests
+    ]
+    return _call(
+        "jobs.enqueue_many",
+        "id, run_id, deduped",
+        {"requests": Jsonb(encoded), "on_conflict": on_conflict},
+        _all(EnqueueResult.from_row),
+    )
+
+
+def claim(
+    queues: Sequence[str],
+    worker_id: str,
+    *,
+    batch_size: int | None = None,
+    visibility: timedelta | None = None,
+    drop_exhausted: Sequence[str] | None = None,
+) -> Call[list[ClaimedJob]]:
+    if not queues:
+        # refused before SQL, as the function would refuse it
+        raise ClaimQueuesEmpty(
+            "claim: queues is empty, so no job could ever be claimed",
+            detail={"argument": "queues"},
+        )
+    arguments = {
+        "queues": list(queues),
+        "worker_id": worker_id,
+        "batch_size": batch_size,
+        "visibility": visibility,
+        "drop_exhausted": None if drop_exhausted is None else list(drop_exhausted),
+    }
+    return _call("jobs.claim_v1", ClaimedJob.COLUMNS, arguments, _all(ClaimedJob.from_row))
+
+
+def ack(id: UUID, worker_id: str, claim: int) -> Call[bool]:
+    arguments = {"id": id, "worker_id": worker_id, "claim": claim}
+    return _call("jobs.ack_v1", "", arguments, _scalar, scalar=True)
+
+
+def ack_many(
+    worker_id: str, ids: Sequence[UUID], claims: Sequence[int]
+) -> Call[list[SettleResult]]:
+    arguments = {"worker_id": worker_id, "ids": list(ids), "claims": list(claims)}
+    return _call("jobs.ack_many_v1", "id, landed", arguments, _all(SettleResult.from_row))
+
+
+def nack(
+    id: UUID,
+    worker_id: str,
+    claim: int,
+    *,
+    next_state: NackTarget = NackTarget.READY,
+    delay: timedelta | None = None,
+    counts_as_attempt: bool = True,
+    error: str | None = None,
+    error_code: str | None = None,
+    error_stack: str | None = None,
+) -> Call[bool]:
+    arguments = {
+        "id": id,
+        "worker_id": worker_id,
+        "claim": claim,
+        "next_state": str(next_state),
+        "delay": delay,
+        "counts_as_attempt": counts_as_attempt,
+        "error": error,
+        "error_code": error_code,
+        "error_stack": error_stack,
+    }
+    return _call("jobs.nack_v1", "", arguments, _scalar, scalar=True)
+
+
+def nack_many(worker_id: str, nacks: Sequence[Mapping[str, Any]]) -> Call[list[SettleResult]]:
+    """Build jobs.nack_many_v1; each nack holds jobs.nack_v1's argument names."""
+    encoded = [
+        {
+            key: (
+                str(value)
+                if isinstance(value, UUID)
+                else f"{value.total_seconds()} seconds"
+                if isinstance(value, timedelta)
+                else value
+            )
+            for key, value in item.items()
+            if value is not None
+        }
+        for item in nacks
+    ]
+    arguments = {"worker_id": worker_id, "nacks": Jsonb(encoded)}
+    return _call("jobs.nack_many_v1", "id, landed", arguments, _all(SettleResult.from_row))
+
+
+def heartbeat(
+    id: UUID, worker_id: str, claim: int, *, visibility: timedelta | None = None
+) -> Call[HeartbeatAnswer]:
+    arguments = {"id": id, "worker_id": worker_id, "claim": claim, "visibility": visibility}
+
+    def decode(rows: Sequence[Row]) -> HeartbeatAnswer:
+        return narrow(HeartbeatAnswer, rows[0][0], table="jobs.heartbeat_v1", column="answer")
+
+    return _call("jobs.heartbeat_v1", "", arguments, decode, scalar=True)
+
+
+def record_step(
+    id: UUID,
+    worker_id: str,
+    claim: int,
+    name: str,
+    status: StepStatus,
+    *,
+    output: Any = None,
+    error: str | None = None,
+    wake_at: datetime | None = None,
+) -> Call[StepRecord]:
+    arguments = {
+        "id": id,
+        "worker_id": worker_id,
+        "claim": claim,
+        "name": name,
+        "status": str(status),
+        "output": None if output is None else Jsonb(output),
+        "error": error,
+        "wake_at": wake_at,
+    }
+    return _call("jobs.record_step_v1", StepRecord.COLUMNS, arguments, _one(StepRecord.from_row))
+
+
+def steps(run_id: UUID) -> Call[list[StepRecord]]:
+    return _call("jobs.steps_v1", StepRecord.COLUMNS, {"run_id": run_id}, _all(StepRecord.from_row))
+
+
+def queue_stats(queues: Sequence[str] | None = None) -> Call[list[QueueStat]]:
+    arguments = {"queues": None if queues is None else list(queues)}
+    return _call("jobs.queue_stats", QueueStat.COLUMNS, arguments, _all(QueueStat.from_row))
+
+
+def pause_queue(queue: str, *, paused_by: str | None = None) -> Call[bool]:
+    arguments = {"queue": queue, "paused_by": paused_by}
+    return _call("jobs.pause_queue", "", arguments, _scalar, scalar=True)
+
+
+def resume_queue(queue: str) -> Call[bool]:
+    return _call("jobs.resume_queue", "", {"queue": queue}, _scalar, scalar=True)
+
+
+def requeue(id: UUID, *, from_step: str | None = None) -> Call[bool]:
+    arguments = {"id": id, "from_step": from_step}
+    return _call("jobs.requeue", "", arguments, _scalar, scalar=True)

@@ -1,0 +1,203 @@
+"""Run the builders of `durajobs.calls` on a psycopg connection, sync or async.
+
+`execute` and `execute_async` are the only places a call meets the driver, and the only places
+a driver error is translated (through `errors.from_database_error`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import datetime, timedelta
+from typing import Any, TypeVar
+from uuid import UUID
+
+import psycopg
+
+from durajobs import calls
+from durajobs.calls import Call
+from durajobs.errors import SchemaVersionMismatch, from_database_error
+from durajobs.records import ClaimedJob, EnqueueResult, QueueStat, SettleResult, StepRecord
+from durajobs.states import HeartbeatAnswer, NackTarget, StepStatus
+
+T = TypeVar("T")
+
+SCHEMA_VERSION = 1
+
+# undefined_function, invalid_schema_name, undefined_table: the schema is not installed
+_NOT_INSTALLED = {"42883", "3F000", "42P01"}
+
+
+def execute(connection: psycopg.Connection[Any], call: Call[T]) -> T:
+    """Run `call` on `connection` (inside its transaction, if one is open) and decode its rows."""
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute(call.sql.encode(), call.params)
+            rows = cursor.fetchall()
+    except psycopg.Error as error:
+        raise from_database_error(error) from error.__cause__
+    return call.decode(rows)
+
+
+async def execute_async(connection: psycopg.AsyncConnection[Any], call: Call[T]) -> T:
+    """Run `call` on an async `connection` and decode its rows."""
+    try:
+        async with connection.cursor() as cursor:
+            await cursor.execute(call.sql.encode(), call.params)
+            rows = await cursor.fetchall()
+    except psycopg.Error as error:
+        raise from_database_error(error) from error.__cause__
+    return call.decode(rows)
+
+
+def _mismatch(installed: int | None) -> SchemaVersionMismatch:
+    found = "no jobs schema" if installed is None else f"jobs schema version {installed}"
+    return SchemaVersionMismatch(
+        f"this durajobs speaks jobs schema version {SCHEMA_VERSION}, the database has {found}; "
+        "run `durajobs migrate --database-url ...`",
+        detail={"expected": SCHEMA_VERSION, "installed": installed},
+    )
+
+
+def check_schema(connection: psycopg.Connection[Any]) -> None:
+    """Raise X_SCHEMA_VERSION_MISMATCH unless the database holds the schema this package speaks."""
+    try:
+        with connection.transaction():
+            installed = execute(connection, calls.version())
+    except psycopg.Error as error:
+        if error.sqlstate in _NOT_INSTALLED:
+            raise _mismatch(None) from error
+        raise
+    if installed != SCHEMA_VERSION:
+        raise _mismatch(installed)
+
+
+async def check_schema_async(connection: psycopg.AsyncConnection[Any]) -> None:
+    """Async form of `check_schema`."""
+    try:
+        async with connection.transaction():
+            installed = await execute_async(connection, calls.version())
+    except psycopg.Error as error:
+        if error.sqlstate in _NOT_INSTALLED:
+            raise _mismatch(None) from error
+        raise
+    if installed != SCHEMA_VERSION:
+        raise _mismatch(installed)
+
+
+class Client:
+    """The low-level, synchronous client: one method per SQL function, nothing more.
+
+    Calls run on the given connection; in autocommit mode each call is its own transaction,
+    otherwise it joins the caller's transaction (and commits or rolls back with it).
+    """
+
+    def __init__(self, connection: psycopg.Connection[Any], *, check: bool = True) -> None:
+        self.connection = connection
+        if check:
+            check_schema(connection)
+
+    @classmethod
+    def connect(cls, database_url: str) -> Client:
+        """Open an autocommit connection to `database_url` and check its schema version."""
+        return cls(psycopg.connect(database_url, autocommit=True))
+
+    def close(self) -> None:
+        self.connection.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def run(self, call: Call[T]) -> T:
+        return execute(self.connection, call)
+
+    def enqueue(
+        self, name: str, input: Mapping[str, Any], idempotency_key: str, **options: Any
+    ) -> EnqueueResult:
+        return self.run(calls.enqueue(name, input, idempotency_key, **options))
+
+    def enqueue_many(
+        self, requests: Sequence[Mapping[str, Any]], *, on_conflict: str | None = None
+    ) -> list[EnqueueResult]:
+        return self.run(calls.enqueue_many(requests, on_conflict=on_conflict))
+
+    def claim(self, queues: Sequence[str], worker_id: str, **options: Any) -> list[ClaimedJob]:
+        return self.run(calls.claim(queues, worker_id, **options))
+
+    def ack(self, id: UUID, worker_id: str, claim: int) -> bool:
+        return self.run(calls.ack(id, worker_id, claim))
+
+    def ack_many(
+        self, worker_id: str, ids: Sequence[UUID], claims: Sequence[int]
+    ) -> list[SettleResult]:
+        return self.run(calls.ack_many(worker_id, ids, claims))
+
+    def nack(
+        self,
+        id: UUID,
+        worker_id: str,
+        claim: int,
+        *,
+        next_state: NackTarget = NackTarget.READY,
+        delay: timedelta | None = None,
+        counts_as_attempt: bool = True,
+        error: str | None = None,
+        error_code: str | None = None,
+        error_stack: str | None = None,
+    ) -> bool:
+        return self.run(
+            calls.nack(
+                id,
+                worker_id,
+                claim,
+                next_state=next_state,
+                delay=delay,
+                counts_as_attempt=counts_as_attempt,
+                error=error,
+                error_code=error_code,
+                error_stack=error_stack,
+            )
+        )
+
+    def nack_many(self, worker_id: str, nacks: Sequence[Mapping[str, Any]]) -> list[SettleResult]:
+        return self.run(calls.nack_many(worker_id, nacks))
+
+    def heartbeat(
+        self, id: UUID, worker_id: str, claim: int, *, visibility: timedelta | None = None
+    ) -> HeartbeatAnswer:
+        return self.run(calls.heartbeat(id, worker_id, claim, visibility=visibility))
+
+    def record_step(
+        self,
+        id: UUID,
+        worker_id: str,
+        claim: int,
+        name: str,
+        status: StepStatus,
+        *,
+        output: Any = None,
+        error: str | None = None,
+        wake_at: datetime | None = None,
+    ) -> StepRecord:
+        return self.run(
+            calls.record_step(
+                id, worker_id, claim, name, status, output=output, error=error, wake_at=wake_at
+            )
+        )
+
+    def steps(self, run_id: UUID) -> list[StepRecord]:
+        return self.run(calls.steps(run_id))
+
+    def queue_stats(self, queues: Sequence[str] | None = None) -> list[QueueStat]:
+        return self.run(calls.queue_stats(queues))
+
+    def pause_queue(self, queue: str, *, paused_by: str | None = None) -> bool:
+        return self.run(calls.pause_queue(queue, paused_by=paused_by))
+
+    def resume_queue(self, queue: str) -> bool:
+        return self.run(calls.resume_queue(queue))
+
+    def requeue(self, id: UUID, *, from_step: str | None = None) -> bool:
+        return self.run(calls.requeue(id, from_step=from_step))

@@ -1,0 +1,145 @@
+"""Typed answers of the SQL functions: frozen rows, each built by `from_row`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+from uuid import UUID
+
+from durajobs.states import JobState, StepStatus, narrow
+
+Row = tuple[Any, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class EnqueueResult:
+    """The job's ids; `deduped` when an existing job answered instead of a new row."""
+
+    id: UUID
+    run_id: UUID
+    deduped: bool
+
+    @classmethod
+    def from_row(cls, row: Row) -> EnqueueResult:
+        return cls(id=row[0], run_id=row[1], deduped=row[2])
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimedJob:
+    """A row jobs.claim_v1 answered: claimed ('running') or buried ('dead' or 'failed')."""
+
+    id: UUID
+    run_id: UUID
+    name: str
+    queue: str
+    input: dict[str, Any]
+    tenant_id: str | None
+    state: JobState
+    attempt: int
+    max_attempts: int
+    claim: int
+    priority: int
+    run_at: datetime
+    created_at: datetime
+    lease_expires_at: datetime | None
+    last_error: str | None
+    traceparent: str | None
+    enqueued_by: str | None
+
+    COLUMNS = (
+        "id, run_id, name, queue, input, tenant_id, state, attempt, max_attempts, claim, "
+        "priority, run_at, created_at, lease_expires_at, last_error, traceparent, enqueued_by"
+    )
+
+    @property
+    def buried(self) -> bool:
+        """True for a row settled by the claim because its final attempt's lease lapsed."""
+        return self.state is not JobState.RUNNING
+
+    @property
+    def final_attempt(self) -> bool:
+        return self.attempt >= self.max_attempts
+
+    @classmethod
+    def from_row(cls, row: Row) -> ClaimedJob:
+        return cls(
+            id=row[0],
+            run_id=row[1],
+            name=row[2],
+            queue=row[3],
+            input=row[4],
+            tenant_id=row[5],
+            state=narrow(JobState, row[6], table="jobs.jobs", column="state"),
+            attempt=row[7],
+            max_attempts=row[8],
+            claim=row[9],
+            priority=row[10],
+            run_at=row[11],
+            created_at=row[12],
+            lease_expires_at=row[13],
+            last_error=row[14],
+            traceparent=row[15],
+            enqueued_by=row[16],
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class SettleResult:
+    """One answer of a batch settle: did it land on the row this attempt held?"""
+
+    id: UUID
+    landed: bool
+
+    @classmethod
+    def from_row(cls, row: Row) -> SettleResult:
+        return cls(id=row[0], landed=row[1])
+
+
+@dataclass(frozen=True, slots=True)
+class StepRecord:
+    """A durable step of a run, as stored."""
+
+    name: str
+    status: StepStatus
+    output: Any
+    error: str | None
+    attempts: int
+    started_at: datetime
+    finished_at: datetime | None
+    wake_at: datetime | None
+
+    COLUMNS = "name, status, output, error, attempts, started_at, finished_at, wake_at"
+
+    @classmethod
+    def from_row(cls, row: Row) -> StepRecord:
+        return cls(
+            name=row[0],
+            status=narrow(StepStatus, row[1], table="jobs.steps", column="status"),
+            output=row[2],
+            error=row[3],
+            attempts=row[4],
+            started_at=row[5],
+            finished_at=row[6],
+            wake_at=row[7],
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class QueueStat:
+    """What one queue holds; `oldest_ready_age` is how long the oldest due ready job waited."""
+
+    queue: str
+    ready: int
+    delayed: int
+    running: int
+    suspended: int
+    dead: int
+    oldest_ready_age: timedelta | None
+    paused: bool
+
+    COLUMNS = "queue, ready, delayed, running, suspended, dead, oldest_ready_age, paused"
+
+    @classmethod
+    def from_row(cls, row: Row) -> QueueStat:
+        return cls(*row)

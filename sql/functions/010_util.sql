@@ -1,0 +1,153 @@
+-- 010_util: the clock, ids, vocabularies, the error registry and the schema version.
+--
+-- Tables: jobs.error_codes (read by jobs._raise). Locks nothing.
+
+-- jobs.version: the installed schema version; the Python package refuses any other.
+-- Answers an integer. Raises nothing. Introduced in revision 0001.
+create function jobs.version()
+returns integer
+language sql
+immutable
+set search_path = pg_catalog, pg_temp
+as $$
+  select 1
+$$;
+
+-- jobs._now: the one clock every function reads. A test pins it with
+-- `set local durajobs.now = '2026-01-01 00:00:00+00'`; unset, it is the transaction's now().
+-- Answers a timestamptz. Raises nothing. Introduced in revision 0001.
+create function jobs._now()
+returns timestamptz
+language sql
+stable
+set search_path = pg_catalog, pg_temp
+as $$
+  select coalesce(nullif(current_setting('durajobs.now', true), '')::timestamptz, now())
+$$;
+
+-- jobs._uuid_v7: a time-ordered uuid (RFC 9562 version 7), so ids sort by creation and new rows
+-- land at the right edge of every id index.
+-- Answers a uuid. Raises nothing. Introduced in revision 0001.
+create function jobs._uuid_v7()
+returns uuid
+language sql
+volatile
+set search_path = pg_catalog, pg_temp
+as $$
+  -- 48 bits of unix milliseconds over a random v4 uuid, then the version nibble 0100 -> 0111
+  select encode(
+    set_bit(
+      set_bit(
+        overlay(
+          uuid_send(gen_random_uuid())
+          placing substring(int8send(floor(extract(epoch from clock_timestamp()) * 1000)::bigint) from 3)
+          from 1 for 6),
+        52, 1),
+      53, 1),
+    'hex')::uuid
+$$;
+
+-- jobs.job_states: every state a job row can be in, in lifecycle order.
+-- Answers text[]. Raises nothing. Introduced in revision 0001.
+create function jobs.job_states()
+returns text[]
+language sql
+immutable
+set search_path = pg_catalog, pg_temp
+as $$
+  select array['ready', 'delayed', 'running', 'suspended', 'done', 'failed', 'dead', 'cancelled']
+$$;
+
+-- jobs.live_states: the states that hold an idempotency key and can still run.
+-- Answers text[]. Raises nothing. Introduced in revision 0001.
+create function jobs.live_states()
+returns text[]
+language sql
+immutable
+set search_path = pg_catalog, pg_temp
+as $$
+  select array['ready', 'delayed', 'running', 'suspended']
+$$;
+
+-- jobs.step_statuses: every status a step record can have.
+-- Answers text[]. Raises nothing. Introduced in revision 0001.
+create function jobs.step_statuses()
+returns text[]
+language sql
+immutable
+set search_path = pg_catalog, pg_temp
+as $$
+  select array['completed', 'sleeping', 'waiting', 'failed']
+$$;
+
+-- One SQLSTATE per code, in the class JQ (classes 0-4, A-H, P, X and Y are taken), and the fix a
+-- caller reads in the error's hint.
+insert into jobs.error_codes (code, sqlstate, fix) values
+  ('X_ARGUMENT_INVALID', 'JQ001',
+   'pass the argument the error names with a valid value (see docs/sql.md)'),
+  ('X_JOB_INPUT_INVALID', 'JQ002',
+   'pass input as a JSON object, e.g. input => ''{"user_id": 1}''::jsonb'),
+  ('X_IDEMPOTENCY_REQUIRED', 'JQ003',
+   'pass idempotency_key => a string that names this unit of work, e.g. ''invoice:42'''),
+  ('X_JOB_DUPLICATE', 'JQ004',
+   'use on_conflict => ''dedupe'' to receive the live job, or wait for it to finish'),
+  ('X_DRIVER_UNAVAILABLE', 'JQ005',
+   'run `durajobs migrate` so the idempotency index exists, then retry'),
+  ('X_JOB_CLAIM_QUEUES_EMPTY', 'JQ006',
+   'pass queues => array[''default''] naming at least one queue'),
+  ('X_JOB_LEASE_LOST', 'JQ007',
+   'stop this attempt: another claim owns the job now and will finish it'),
+  ('X_JOB_CANCELLED', 'JQ008',
+   'stop this attempt: an operator cancelled the job'),
+  ('X_STEP_DUPLICATE', 'JQ009',
+   'give every step of one run a distinct name'),
+  ('X_JOB_ROW_STATUS_UNKNOWN', 'JQ010',
+   'upgrade durajobs to the release that wrote this status, or run `durajobs migrate`'),
+  ('X_JOB_NOT_FOUND', 'JQ011',
+   'check the job id: `durajobs` lists jobs with their ids'),
+  ('X_JOB_NOT_REQUEUEABLE', 'JQ012',
+   'wait for the job to finish, or cancel it first; only done, failed, dead or cancelled jobs requeue');
+
+-- jobs._raise: raise the registered error `code` with its SQLSTATE, a message that starts with
+-- the code, structured detail (a JSON object that always carries the code) and the fix as hint.
+-- Raises the code itself; an unregistered code raises JQ000 (a bug in durajobs).
+-- Introduced in revision 0001.
+create function jobs._raise(code text, message text, detail jsonb default '{}', hint text default null)
+returns void
+language plpgsql
+stable
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+  v_sqlstate text;
+  v_fix text;
+begin
+  select e.sqlstate, e.fix
+    into v_sqlstate, v_fix
+    from jobs.error_codes e
+   where e.code = _raise.code;
+  if v_sqlstate is null then
+    raise exception 'durajobs raised the unregistered error code %', _raise.code
+      using errcode = 'JQ000';
+  end if;
+  raise exception using
+    errcode = v_sqlstate,
+    message = _raise.code || ': ' || _raise.message,
+    detail = (coalesce(_raise.detail, '{}'::jsonb) || jsonb_build_object('code', _raise.code))::text,
+    hint = coalesce(_raise.hint, v_fix);
+end;
+$$;
+
+-- jobs._invalid: raise X_ARGUMENT_INVALID naming the function, the argument and what is wrong.
+-- Raises X_ARGUMENT_INVALID. Introduced in revision 0001.
+create function jobs._invalid(function_name text, argument text, problem text)
+returns void
+language sql
+stable
+set search_path = pg_catalog, pg_temp
+as $$
+  select jobs._raise(
+    'X_ARGUMENT_INVALID',
+    format('%s: %s %s', function_name, argument, problem),
+    jsonb_build_object('function', function_name, 'argument', argument, 'problem', problem))
+$$;

@@ -1,0 +1,454 @@
+-- 020_enqueue: put jobs on the queue, one or many, deduped on the live idempotency key, and
+-- announce them to idle workers.
+--
+-- Tables: jobs.jobs (insert, read). Locks: the unique indexes only (an insert that meets an
+-- uncommitted twin waits for that transaction, as any unique insert does).
+-- Wake: pg_notify('jobs_wake', <queue>) at most once per queue per 250 ms slot, for rows due
+-- within 1 s, never for a dedupe. The throttle is in the statement because NOTIFY serialises
+-- committing transactions; the workers' poll remains the guarantee.
+
+create type jobs.enqueue_result as (
+  id uuid,
+  run_id uuid,
+  deduped boolean
+);
+
+-- One validated request of jobs.enqueue_many, in input order.
+create type jobs._enqueue_request as (
+  ord integer,
+  id uuid,
+  id_supplied boolean,
+  name text,
+  queue text,
+  input jsonb,
+  idempotency_key text,
+  tenant_id text,
+  run_id uuid,
+  run_at timestamptz,
+  max_attempts integer,
+  priority integer,
+  traceparent text,
+  enqueued_by text
+);
+
+-- jobs._check_enqueue: refuse a request a caller could not have meant.
+-- Arguments: the calling function's name, a prefix naming the request (e.g. 'requests[3].'), and
+-- the request's fields. Raises X_ARGUMENT_INVALID, X_JOB_INPUT_INVALID, X_IDEMPOTENCY_REQUIRED.
+-- Locks nothing. Introduced in revision 0001.
+create function jobs._check_enqueue(
+  function_name text,
+  prefix text,
+  name text,
+  input jsonb,
+  idempotency_key text,
+  queue text,
+  tenant_id text,
+  run_at timestamptz,
+  max_attempts integer,
+  priority integer
+)
+returns void
+language plpgsql
+stable
+set search_path = pg_catalog, pg_temp
+as $$
+begin
+  if _check_enqueue.name is null or btrim(_check_enqueue.name) = '' then
+    perform jobs._invalid(function_name, prefix || 'name', 'must be a non-empty job name');
+  end if;
+  if _check_enqueue.input is null or jsonb_typeof(_check_enqueue.input) <> 'object' then
+    perform jobs._raise(
+      'X_JOB_INPUT_INVALID',
+      format('%s: %sinput must be a JSON object, got %s', function_name, prefix,
+             coalesce(jsonb_typeof(_check_enqueue.input), 'NULL')),
+      jsonb_build_object('function', function_name, 'argument', prefix || 'input',
+                         'job', _check_enqueue.name));
+  end if;
+  if _check_enqueue.idempotency_key is null or _check_enqueue.idempotency_key = '' then
+    perform jobs._raise(
+      'X_IDEMPOTENCY_REQUIRED',
+      format('%s: %sidempotency_key is required for job %s', function_name, prefix,
+             _check_enqueue.name),
+      jsonb_build_object('function', function_name, 'argument', prefix || 'idempotency_key',
+                         'job', _check_enqueue.name));
+  end if;
+  if _check_enqueue.queue is null or btrim(_check_enqueue.queue) = '' then
+    perform jobs._invalid(function_name, prefix || 'queue', 'must be a non-empty queue name');
+  end if;
+  if _check_enqueue.tenant_id = '' then
+    perform jobs._invalid(function_name, prefix || 'tenant_id',
+                          'must be NULL (no tenant) or a non-empty tenant id');
+  end if;
+  if not isfinite(_check_enqueue.run_at) then
+    perform jobs._invalid(function_name, prefix || 'run_at', 'must be a finite instant');
+  end if;
+  if _check_enqueue.max_attempts is null or _check_enqueue.max_attempts < 1 then
+    perform jobs._invalid(function_name, prefix || 'max_attempts', 'must be an integer of at least 1');
+  end if;
+  if _check_enqueue.priority is null then
+    perform jobs._invalid(function_name, prefix || 'priority', 'must not be NULL (0 is the default)');
+  end if;
+end;
+$$;
+
+-- jobs._check_on_conflict: refuse an on_conflict policy other than 'dedupe' or 'error'.
+-- Raises X_ARGUMENT_INVALID. Locks nothing. Introduced in revision 0001.
+create function jobs._check_on_conflict(function_name text, on_conflict text)
+returns void
+language plpgsql
+stable
+set search_path = pg_catalog, pg_temp
+as $$
+begin
+  if on_conflict is null or on_conflict not in ('dedupe', 'error') then
+    perform jobs._invalid(function_name, 'on_conflict', 'must be ''dedupe'' or ''error''');
+  end if;
+end;
+$$;
+
+-- jobs._find_live: the live job holding (name, tenant, key), exactly as wide as the unique index
+-- (coalesce on both sides, so tenantless rows match each other and never a tenant's row).
+-- Answers (id, run_id, true), or NULL when no live row holds the key. Locks nothing.
+-- Introduced in revision 0001.
+create function jobs._find_live(name text, tenant_id text, idempotency_key text)
+returns jobs.enqueue_result
+language plpgsql
+stable
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+  v_result jobs.enqueue_result;
+begin
+  select j.id, j.run_id, true
+    into v_result
+    from jobs.jobs j
+   where j.name = _find_live.name
+     and coalesce(j.tenant_id, '') = coalesce(_find_live.tenant_id, '')
+     and j.idempotency_key = _find_live.idempotency_key
+     and j.state in ('ready', 'delayed', 'running', 'suspended')
+   limit 1;
+  return v_result;
+end;
+$$;
+
+-- jobs._announce: wake idle workers of `queue` for rows created at `created_at`, unless a row
+-- another transaction created in the same 250 ms slot, due at once, already announced it.
+-- Rows of the calling transaction share its created_at and are skipped: Postgres folds identical
+-- notifications of one transaction anyway. Answers whether it notified. Locks nothing.
+-- Introduced in revision 0001.
+create function jobs._announce(queue text, created_at timestamptz)
+returns boolean
+language plpgsql
+volatile
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+  v_slot timestamptz := to_timestamp(floor(extract(epoch from _announce.created_at) * 4) / 4);
+begin
+  if exists (
+       select 1
+         from jobs.jobs j
+        where j.queue = _announce.queue
+          and j.created_at >= v_slot
+          and j.created_at < _announce.created_at
+          and j.run_at <= j.created_at + interval '1 second')
+     or exists (
+       select 1
+         from jobs.jobs j
+        where j.queue = _announce.queue
+          and j.created_at > _announce.created_at
+          and j.created_at < v_slot + interval '250 milliseconds'
+          and j.run_at <= j.created_at + interval '1 second') then
+    return false;
+  end if;
+  perform pg_notify('jobs_wake', _announce.queue);
+  return true;
+end;
+$$;
+
+-- jobs.enqueue: put one job on the queue.
+-- Arguments: name, input (a JSON object), idempotency_key; optional queue ('default'),
+-- tenant_id, run_at (now), max_attempts (20), priority (0, lower runs first), id (the job's id,
+-- e.g. an outbox row's), run_id (keeps a resumed run's step history), on_conflict ('dedupe' or
+-- 'error'), traceparent, enqueued_by.
+-- Answers (id, run_id, deduped): the new job's ids, or with deduped = true the ids of the live job
+-- holding (name, tenant_id, idempotency_key), or of the row that already has the given id, live
+-- or finished. A run_at more than now makes the row 'delayed', else 'ready'.
+-- Raises X_ARGUMENT_INVALID, X_JOB_INPUT_INVALID, X_IDEMPOTENCY_REQUIRED; X_JOB_DUPLICATE under
+-- on_conflict => 'error'; X_DRIVER_UNAVAILABLE when two inserts conflict and no row explains why
+-- (the unique index is missing). Locks: the unique indexes. Introduced in revision 0001.
+create function jobs.enqueue(
+  name text,
+  input jsonb,
+  idempotency_key text,
+  queue text default 'default',
+  tenant_id text default null,
+  run_at timestamptz default null,
+  max_attempts integer default 20,
+  priority integer default 0,
+  id uuid default null,
+  run_id uuid default null,
+  on_conflict text default 'dedupe',
+  traceparent text default null,
+  enqueued_by text default null
+)
+returns jobs.enqueue_result
+language plpgsql
+volatile
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+  v_now timestamptz := jobs._now();
+  v_run_at timestamptz := coalesce(enqueue.run_at, jobs._now());
+  v_result jobs.enqueue_result;
+begin
+  perform jobs._check_enqueue('jobs.enqueue', '', enqueue.name, enqueue.input,
+                              enqueue.idempotency_key, enqueue.queue, enqueue.tenant_id,
+                              v_run_at, enqueue.max_attempts, enqueue.priority);
+  perform jobs._check_on_conflict('jobs.enqueue', enqueue.on_conflict);
+
+  -- two tries at most: the live holder may finish between the conflict and the lookup
+  for v_try in 1..2 loop
+    -- no conflict target: a taken id (primary key) and a live key (partial unique index) both
+    -- insert nothing, and the lookups below tell which
+    insert into jobs.jobs as j (
+      id, name, queue, input, idempotency_key, tenant_id, run_id, state, priority,
+      max_attempts, run_at, created_at, updated_at, traceparent, enqueued_by)
+    values (
+      coalesce(enqueue.id, jobs._uuid_v7()), enqueue.name, enqueue.queue, enqueue.input,
+      enqueue.idempotency_key, enqueue.tenant_id, coalesce(enqueue.run_id, gen_random_uuid()),
+      case when v_run_at > v_now then 'delayed' else 'ready' end, enqueue.priority,
+      enqueue.max_attempts, v_run_at, v_now, v_now, enqueue.traceparent, enqueue.enqueued_by)
+    on conflict do nothing
+    returning j.id, j.run_id, false
+      into v_result;
+
+    if v_result.id is not null then
+      if v_run_at <= v_now + interval '1 second' then
+        perform jobs._announce(enqueue.queue, v_now);
+      end if;
+      return v_result;
+    end if;
+
+    if enqueue.id is not null then
+      select j.id, j.run_id, true
+        into v_result
+        from jobs.jobs j
+       where j.id = enqueue.id;
+    end if;
+    if v_result.id is null then
+      v_result := jobs._find_live(enqueue.name, enqueue.tenant_id, enqueue.idempotency_key);
+    end if;
+
+    if v_result.id is not null then
+      if enqueue.on_conflict = 'error' then
+        perform jobs._raise(
+          'X_JOB_DUPLICATE',
+          format('job %s with idempotency key %s is already held by job %s',
+                 enqueue.name, enqueue.idempotency_key, v_result.id),
+          jsonb_build_object('job', enqueue.name, 'idempotency_key', enqueue.idempotency_key,
+                             'tenant_id', enqueue.tenant_id, 'existing_id', v_result.id));
+      end if;
+      return v_result;
+    end if;
+  end loop;
+
+  perform jobs._raise(
+    'X_DRIVER_UNAVAILABLE',
+    format('enqueue of %s was rejected but no live row holds its idempotency key', enqueue.name),
+    jsonb_build_object('job', enqueue.name, 'idempotency_key', enqueue.idempotency_key));
+  return null;
+end;
+$$;
+
+-- jobs.enqueue_many: put many jobs on the queue in one statement, with the rules of
+-- jobs.enqueue. Arguments: requests, a JSON array of objects whose keys are jobs.enqueue's
+-- argument names (name, input and idempotency_key required; queue, tenant_id, run_at,
+-- max_attempts, priority, id, run_id, traceparent, enqueued_by optional); on_conflict for all.
+-- A key repeated inside the batch dedupes to its first occurrence.
+-- Answers one (id, run_id, deduped) per request, in input order.
+-- Raises what jobs.enqueue raises, naming the request (requests[3].name); under
+-- on_conflict => 'error' the first duplicate raises and nothing is inserted.
+-- Locks: the unique indexes. One wake per queue per statement. Introduced in revision 0001.
+create function jobs.enqueue_many(requests jsonb, on_conflict text default 'dedupe')
+returns setof jobs.enqueue_result
+language plpgsql
+volatile
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+  v_now timestamptz := jobs._now();
+  v_requests jobs._enqueue_request[];
+  v_pending jobs._enqueue_request[];
+  -- the answers so far, as parallel arrays (request ordinal, id, run_id, deduped)
+  v_answered integer[] := '{}';
+  v_answer_ids uuid[] := '{}';
+  v_answer_run_ids uuid[] := '{}';
+  v_answer_deduped boolean[] := '{}';
+  v_inserted uuid[];
+  v_request jobs._enqueue_request;
+  v_bad_key text;
+  v_duplicate record;
+  v_queue text;
+begin
+  perform jobs._check_on_conflict('jobs.enqueue_many', enqueue_many.on_conflict);
+  if requests is null or jsonb_typeof(requests) <> 'array' then
+    perform jobs._invalid('jobs.enqueue_many', 'requests', 'must be a JSON array of job objects');
+  end if;
+  if exists (select 1 from jsonb_array_elements(requests) e where jsonb_typeof(e) <> 'object') then
+    perform jobs._invalid('jobs.enqueue_many', 'requests', 'must hold JSON objects only');
+  end if;
+  select format('requests[%s].%s', e.ord, k.key)
+    into v_bad_key
+    from jsonb_array_elements(requests) with ordinality as e(item, ord),
+         jsonb_object_keys(e.item) as k(key)
+   where k.key not in ('name', 'input', 'idempotency_key', 'queue', 'tenant_id', 'run_at',
+                       'max_attempts', 'priority', 'id', 'run_id', 'traceparent', 'enqueued_by')
+   limit 1;
+  if v_bad_key is not null then
+    perform jobs._invalid('jobs.enqueue_many', v_bad_key, 'is not an argument of jobs.enqueue');
+  end if;
+
+  begin
+  select coalesce(array_agg(parsed.r order by (parsed.r).ord), '{}')
+    into v_requests
+    from (
+      select (e.ord::integer,
+              coalesce((e.item ->> 'id')::uuid, jobs._uuid_v7()),
+              e.item ? 'id' and e.item ->> 'id' is not null,
+              e.item ->> 'name',
+              coalesce(e.item ->> 'queue', 'default'),
+              e.item -> 'input',
+              e.item ->> 'idempotency_key',
+              e.item ->> 'tenant_id',
+              coalesce((e.item ->> 'run_id')::uuid, gen_random_uuid()),
+              coalesce((e.item ->> 'run_at')::timestamptz, v_now),
+              coalesce((e.item ->> 'max_attempts')::integer, 20),
+              coalesce((e.item ->> 'priority')::integer, 0),
+              e.item ->> 'traceparent',
+              e.item ->> 'enqueued_by')::jobs._enqueue_request as r
+        from jsonb_array_elements(requests) with ordinality as e(item, ord)
+    ) parsed;
+  exception
+    when invalid_text_representation or invalid_datetime_format or datetime_field_overflow
+         or numeric_value_out_of_range or invalid_parameter_value then
+      perform jobs._invalid('jobs.enqueue_many', 'requests',
+                            'holds a value of the wrong type: ' || sqlerrm);
+  end;
+
+  select format('requests[%s].id', later.ord)
+    into v_bad_key
+    from unnest(v_requests) later
+    join unnest(v_requests) earlier
+      on earlier.id = later.id and earlier.ord < later.ord and later.id_supplied
+   order by later.ord
+   limit 1;
+  if v_bad_key is not null then
+    perform jobs._invalid('jobs.enqueue_many', v_bad_key, 'repeats the id of an earlier request');
+  end if;
+
+  foreach v_request in array v_requests loop
+    perform jobs._check_enqueue('jobs.enqueue_many', format('requests[%s].', v_request.ord),
+                                v_request.name, v_request.input, v_request.idempotency_key,
+                                v_request.queue, v_request.tenant_id, v_request.run_at,
+                                v_request.max_attempts, v_request.priority);
+  end loop;
+
+  v_pending := v_requests;
+  -- two passes at most, as in jobs.enqueue: a live holder may finish between conflict and lookup
+  for v_try in 1..2 loop
+    with inserted as (
+      insert into jobs.jobs as j (
+        id, name, queue, input, idempotency_key, tenant_id, run_id, state, priority,
+        max_attempts, run_at, created_at, updated_at, traceparent, enqueued_by)
+      select r.id, r.name, r.queue, r.input, r.idempotency_key, r.tenant_id, r.run_id,
+             case when r.run_at > v_now then 'delayed' else 'ready' end, r.priority,
+             r.max_attempts, r.run_at, v_now, v_now, r.traceparent, r.enqueued_by
+        from unnest(v_pending) r
+       order by r.ord
+      on conflict do nothing
+      returning j.id
+    )
+    select coalesce(array_agg(inserted.id), '{}')
+      into v_inserted
+      from inserted;
+
+    -- a new statement, so the lookups see this batch's rows: a key repeated in the batch
+    -- dedupes to its first occurrence
+    with answered as (
+      select r.ord,
+             case
+               when ins.id is not null then (r.id, r.run_id, false)::jobs.enqueue_result
+               when by_id.id is not null then (by_id.id, by_id.run_id, true)::jobs.enqueue_result
+               else jobs._find_live(r.name, r.tenant_id, r.idempotency_key)
+             end as answer
+        from unnest(v_pending) r
+        left join unnest(v_inserted) as ins(id) on ins.id = r.id
+        left join jobs.jobs by_id on r.id_supplied and ins.id is null and by_id.id = r.id
+    ),
+    found_answers as (
+      select a.ord, (a.answer).id, (a.answer).run_id, (a.answer).deduped
+        from answered a
+       where (a.answer).id is not null
+    )
+    select v_answered || coalesce(array_agg(f.ord order by f.ord), '{}'),
+           v_answer_ids || coalesce(array_agg(f.id order by f.ord), '{}'),
+           v_answer_run_ids || coalesce(array_agg(f.run_id order by f.ord), '{}'),
+           v_answer_deduped || coalesce(array_agg(f.deduped order by f.ord), '{}')
+      into v_answered, v_answer_ids, v_answer_run_ids, v_answer_deduped
+      from found_answers f;
+
+    select coalesce(array_agg((r.*)::jobs._enqueue_request order by r.ord), '{}')
+      into v_pending
+      from unnest(v_pending) r
+      left join unnest(v_answered) as done(ord) on done.ord = r.ord
+     where done.ord is null;
+    exit when cardinality(v_pending) = 0;
+  end loop;
+
+  if cardinality(v_pending) > 0 then
+    perform jobs._raise(
+      'X_DRIVER_UNAVAILABLE',
+      format('enqueue of %s was rejected but no live row holds its idempotency key',
+             v_pending[1].name),
+      jsonb_build_object('job', v_pending[1].name, 'idempotency_key', v_pending[1].idempotency_key));
+  end if;
+
+  if enqueue_many.on_conflict = 'error' then
+    select r.ord, r.name, r.idempotency_key, r.tenant_id, a.id
+      into v_duplicate
+      from unnest(v_answered, v_answer_ids, v_answer_deduped) as a(ord, id, deduped)
+      join unnest(v_requests) r on r.ord = a.ord
+     where a.deduped
+     order by r.ord
+     limit 1;
+    if found then
+      perform jobs._raise(
+        'X_JOB_DUPLICATE',
+        format('requests[%s]: job %s with idempotency key %s is already held by job %s',
+               v_duplicate.ord, v_duplicate.name, v_duplicate.idempotency_key,
+               v_duplicate.id),
+        jsonb_build_object('job', v_duplicate.name, 'idempotency_key', v_duplicate.idempotency_key,
+                           'tenant_id', v_duplicate.tenant_id,
+                           'existing_id', v_duplicate.id, 'request', v_duplicate.ord));
+    end if;
+  end if;
+
+  -- one wake per queue that received a row due now
+  for v_queue in
+    select distinct r.queue
+      from unnest(v_answered, v_answer_deduped) as a(ord, deduped)
+      join unnest(v_requests) r on r.ord = a.ord
+     where not a.deduped
+       and r.run_at <= v_now + interval '1 second'
+  loop
+    perform jobs._announce(v_queue, v_now);
+  end loop;
+
+  return query
+    select a.id, a.run_id, a.deduped
+      from unnest(v_answered, v_answer_ids, v_answer_run_ids, v_answer_deduped)
+             as a(ord, id, run_id, deduped)
+     order by a.ord;
+end;
+$$;

@@ -1,0 +1,186 @@
+-- 030_claim: hand waiting jobs to a worker under a lease, re-take the rows of dead workers, and
+-- bury the rows whose lease lapsed on their final attempt.
+--
+-- Tables: jobs.jobs (update), jobs.queue_pauses (read). Locks: job rows only, each with
+-- `for update skip locked`, so claimers never wait for one another.
+
+create type jobs.claimed_job as (
+  id uuid,
+  run_id uuid,
+  name text,
+  queue text,
+  input jsonb,
+  tenant_id text,
+  state text,
+  attempt integer,
+  max_attempts integer,
+  claim bigint,
+  priority integer,
+  run_at timestamptz,
+  created_at timestamptz,
+  lease_expires_at timestamptz,
+  last_error text,
+  traceparent text,
+  enqueued_by text
+);
+
+-- jobs.claim_v1: claim up to batch_size jobs of the given queues for worker_id.
+-- Arguments: queues (non-empty), worker_id, batch_size (1), visibility (30 s lease), and
+-- drop_exhausted (job names that end 'failed' instead of 'dead' when their final attempt's lease
+-- lapses, because they do not dead-letter).
+-- Order: first rows whose lease lapsed (a dead worker's, re-taken as a new attempt), then waiting
+-- rows due now by priority (lower first), run_at, id. Paused queues are skipped.
+-- Answers the claimed rows with state 'running' and their claim token, which every later call on
+-- the attempt must present. Also answers, with state 'dead' or 'failed', the rows it buried:
+-- running rows whose lease lapsed at attempt >= max_attempts, settled in this statement with
+-- last_error 'LEASE_LAPSED_FINAL_ATTEMPT' and never handed out. Never more claimed rows than
+-- batch_size (the candidates are materialised before the update).
+-- Raises X_JOB_CLAIM_QUEUES_EMPTY, X_ARGUMENT_INVALID. Locks: the rows it answers.
+-- Introduced in revision 0001.
+create function jobs.claim_v1(
+  queues text[],
+  worker_id text,
+  batch_size integer default 1,
+  visibility interval default interval '30 seconds',
+  drop_exhausted text[] default '{}'
+)
+returns setof jobs.claimed_job
+language plpgsql
+volatile
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+  v_now timestamptz := jobs._now();
+  v_queues text[];
+  v_taken integer;
+begin
+  if queues is null or cardinality(queues) = 0 then
+    perform jobs._raise(
+      'X_JOB_CLAIM_QUEUES_EMPTY',
+      'jobs.claim_v1: queues is empty, so no job could ever be claimed',
+      jsonb_build_object('function', 'jobs.claim_v1', 'argument', 'queues'));
+  end if;
+  if array_position(queues, null) is not null or '' = any(queues) then
+    perform jobs._invalid('jobs.claim_v1', 'queues', 'must not contain NULL or empty names');
+  end if;
+  if worker_id is null or worker_id = '' then
+    perform jobs._invalid('jobs.claim_v1', 'worker_id', 'must be a non-empty worker id');
+  end if;
+  if batch_size is null or batch_size < 1 then
+    perform jobs._invalid('jobs.claim_v1', 'batch_size', 'must be an integer of at least 1');
+  end if;
+  if visibility is null or visibility <= interval '0' then
+    perform jobs._invalid('jobs.claim_v1', 'visibility', 'must be a positive interval');
+  end if;
+  if drop_exhausted is null then
+    perform jobs._invalid('jobs.claim_v1', 'drop_exhausted', 'must be an array (empty for none)');
+  end if;
+
+  -- a pause is a row, read here, so it takes effect at every worker's next claim
+  select coalesce(array_agg(distinct q), '{}')
+    into v_queues
+    from unnest(queues) q
+   where not exists (select 1 from jobs.queue_pauses p where p.queue = q);
+  if cardinality(v_queues) = 0 then
+    return;
+  end if;
+
+  -- bury: a row whose lease lapsed on its final attempt would take a worker per lease forever
+  return query
+    with lapsed as materialized (
+      select j.id
+        from jobs.jobs j
+       where j.state = 'running'
+         and j.lease_expires_at <= v_now
+         and j.queue = any(v_queues)
+         and j.attempt >= j.max_attempts
+       order by j.lease_expires_at, j.id
+       limit claim_v1.batch_size
+         for update skip locked
+    )
+    update jobs.jobs j
+       set state = case when j.name = any(drop_exhausted) then 'failed' else 'dead' end,
+           last_error = 'LEASE_LAPSED_FINAL_ATTEMPT',
+           last_error_code = null,
+           last_error_stack = null,
+           lease_expires_at = null,
+           finished_at = v_now,
+           updated_at = v_now
+      from lapsed
+     where j.id = lapsed.id
+    returning j.id, j.run_id, j.name, j.queue, j.input, j.tenant_id, j.state, j.attempt,
+              j.max_attempts, j.claims, j.priority, j.run_at, j.created_at, j.lease_expires_at,
+              j.last_error, j.traceparent, j.enqueued_by;
+
+  -- re-take: a dead worker's row with attempts left comes back as a new, counted attempt
+  return query
+    with lapsed as materialized (
+      select j.id
+        from jobs.jobs j
+       where j.state = 'running'
+         and j.lease_expires_at <= v_now
+         and j.queue = any(v_queues)
+         and j.attempt < j.max_attempts
+       order by j.lease_expires_at, j.id
+       limit claim_v1.batch_size
+         for update skip locked
+    ),
+    claimed as (
+      update jobs.jobs j
+         set claimed_by = claim_v1.worker_id,
+             claimed_at = v_now,
+             lease_expires_at = v_now + claim_v1.visibility,
+             claims = j.claims + 1,
+             attempt = j.attempt + 1,
+             updated_at = v_now
+        from lapsed
+       where j.id = lapsed.id
+      returning j.id, j.run_id, j.name, j.queue, j.input, j.tenant_id, j.state, j.attempt,
+                j.max_attempts, j.claims, j.priority, j.run_at, j.created_at, j.lease_expires_at,
+                j.last_error, j.traceparent, j.enqueued_by
+    )
+    select c.id, c.run_id, c.name, c.queue, c.input, c.tenant_id, c.state, c.attempt,
+           c.max_attempts, c.claims, c.priority, c.run_at, c.created_at, c.lease_expires_at,
+           c.last_error, c.traceparent, c.enqueued_by
+      from claimed c
+     order by c.priority, c.run_at, c.id;
+  get diagnostics v_taken = row_count;
+
+  if v_taken >= batch_size then
+    return;
+  end if;
+
+  -- hand out waiting rows due now; skip locked: a second claimer must not wait for this one
+  return query
+    with due as materialized (
+      select j.id
+        from jobs.jobs j
+       where j.queue = any(v_queues)
+         and j.state in ('ready', 'delayed', 'suspended')
+         and j.run_at <= v_now
+       order by j.priority, j.run_at, j.id
+       limit claim_v1.batch_size - v_taken
+         for update skip locked
+    ),
+    claimed as (
+      update jobs.jobs j
+         set state = 'running',
+             claimed_by = claim_v1.worker_id,
+             claimed_at = v_now,
+             lease_expires_at = v_now + claim_v1.visibility,
+             claims = j.claims + 1,
+             attempt = j.attempt + 1,
+             updated_at = v_now
+        from due
+       where j.id = due.id
+      returning j.id, j.run_id, j.name, j.queue, j.input, j.tenant_id, j.state, j.attempt,
+                j.max_attempts, j.claims, j.priority, j.run_at, j.created_at, j.lease_expires_at,
+                j.last_error, j.traceparent, j.enqueued_by
+    )
+    select c.id, c.run_id, c.name, c.queue, c.input, c.tenant_id, c.state, c.attempt,
+           c.max_attempts, c.claims, c.priority, c.run_at, c.created_at, c.lease_expires_at,
+           c.last_error, c.traceparent, c.enqueued_by
+      from claimed c
+     order by c.priority, c.run_at, c.id;
+end;
+$$;

@@ -1,0 +1,276 @@
+-- 040_settle: end or renew an attempt: ack, nack, heartbeat and their batch forms.
+--
+-- Tables: jobs.jobs (update). Locks: the settled row.
+-- Fence: every call matches only a row that is still 'running' under the caller's worker id AND
+-- claim token. 'running' lets a cancel stick (the cancelled body's ack matches nothing); the
+-- token stops a body whose lease lapsed from settling the attempt that replaced it, even one
+-- claimed again by the same worker id. A miss answers false; it never raises.
+
+create type jobs.settle_result as (
+  id uuid,
+  landed boolean
+);
+
+-- jobs._check_fence: refuse a settle call missing its fence.
+-- Raises X_ARGUMENT_INVALID. Locks nothing. Introduced in revision 0001.
+create function jobs._check_fence(function_name text, id uuid, worker_id text, claim bigint)
+returns void
+language plpgsql
+stable
+set search_path = pg_catalog, pg_temp
+as $$
+begin
+  if id is null then
+    perform jobs._invalid(function_name, 'id', 'must be a job id');
+  end if;
+  if worker_id is null or worker_id = '' then
+    perform jobs._invalid(function_name, 'worker_id', 'must be the claiming worker''s id');
+  end if;
+  if claim is null then
+    perform jobs._invalid(function_name, 'claim', 'must be the claim token jobs.claim_v1 answered');
+  end if;
+end;
+$$;
+
+-- jobs.ack_v1: mark a claimed job done.
+-- Arguments: id, worker_id, claim (the token from jobs.claim_v1).
+-- Answers whether it landed (false: the attempt no longer owns the row).
+-- Raises X_ARGUMENT_INVALID. Locks the row. Introduced in revision 0001.
+create function jobs.ack_v1(id uuid, worker_id text, claim bigint)
+returns boolean
+language plpgsql
+volatile
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+  v_now timestamptz := jobs._now();
+begin
+  perform jobs._check_fence('jobs.ack_v1', ack_v1.id, ack_v1.worker_id, ack_v1.claim);
+  update jobs.jobs j
+     set state = 'done',
+         lease_expires_at = null,
+         finished_at = v_now,
+         updated_at = v_now
+   where j.id = ack_v1.id
+     and j.state = 'running'
+     and j.claimed_by = ack_v1.worker_id
+     and j.claims = ack_v1.claim;
+  return found;
+end;
+$$;
+
+-- jobs.ack_many_v1: ack many claimed jobs of one worker in one statement.
+-- Arguments: worker_id, ids and claims (parallel arrays of equal length).
+-- Answers (id, landed) per id, in input order. Raises X_ARGUMENT_INVALID. Locks the rows.
+-- Introduced in revision 0001.
+create function jobs.ack_many_v1(worker_id text, ids uuid[], claims bigint[])
+returns setof jobs.settle_result
+language plpgsql
+volatile
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+  v_now timestamptz := jobs._now();
+begin
+  if worker_id is null or worker_id = '' then
+    perform jobs._invalid('jobs.ack_many_v1', 'worker_id', 'must be the claiming worker''s id');
+  end if;
+  if ids is null or claims is null or cardinality(ids) <> cardinality(claims) then
+    perform jobs._invalid('jobs.ack_many_v1', 'ids, claims', 'must be arrays of equal length');
+  end if;
+  if array_position(ids, null) is not null or array_position(claims, null) is not null then
+    perform jobs._invalid('jobs.ack_many_v1', 'ids, claims', 'must not contain NULL');
+  end if;
+
+  return query
+    with requested as (
+      select r.id, r.claim, r.ord
+        from unnest(ids, claims) with ordinality as r(id, claim, ord)
+    ),
+    settled as (
+      update jobs.jobs j
+         set state = 'done',
+             lease_expires_at = null,
+             finished_at = v_now,
+             updated_at = v_now
+        from requested r
+       where j.id = r.id
+         and j.state = 'running'
+         and j.claimed_by = ack_many_v1.worker_id
+         and j.claims = r.claim
+      returning j.id, j.claims
+    )
+    select r.id, s.id is not null
+      from requested r
+      left join settled s on s.id = r.id and s.claims = r.claim
+     order by r.ord;
+end;
+$$;
+
+-- jobs.nack_v1: end a claimed attempt without success.
+-- Arguments: id, worker_id, claim; next_state, the one decision on where the row goes:
+-- 'ready' (retry after delay; also a shed), 'suspended' (a park: a sleep, or a job this deploy
+-- cannot run, due after delay), 'dead' (dead-lettered) or 'failed' (terminal, not
+-- dead-lettered); delay (0); counts_as_attempt (true; false gives the claim's attempt back, for a
+-- shed, a park or an interrupted attempt); error, error_code, error_stack (written only when
+-- error is given: a shed writes nothing).
+-- Answers whether it landed. Raises X_ARGUMENT_INVALID. Locks the row.
+-- Introduced in revision 0001.
+create function jobs.nack_v1(
+  id uuid,
+  worker_id text,
+  claim bigint,
+  next_state text default 'ready',
+  delay interval default interval '0',
+  counts_as_attempt boolean default true,
+  error text default null,
+  error_code text default null,
+  error_stack text default null
+)
+returns boolean
+language plpgsql
+volatile
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+  v_now timestamptz := jobs._now();
+begin
+  perform jobs._check_fence('jobs.nack_v1', nack_v1.id, nack_v1.worker_id, nack_v1.claim);
+  if next_state is null or next_state not in ('ready', 'suspended', 'dead', 'failed') then
+    perform jobs._invalid('jobs.nack_v1', 'next_state',
+                          'must be one of ''ready'', ''suspended'', ''dead'', ''failed''');
+  end if;
+  if delay is null or delay < interval '0' or not isfinite(v_now + delay) then
+    perform jobs._invalid('jobs.nack_v1', 'delay', 'must be a finite interval of at least 0');
+  end if;
+  if counts_as_attempt is null then
+    perform jobs._invalid('jobs.nack_v1', 'counts_as_attempt', 'must be true or false');
+  end if;
+
+  update jobs.jobs j
+     set state = nack_v1.next_state,
+         run_at = case when nack_v1.next_state in ('ready', 'suspended')
+                       then v_now + nack_v1.delay
+                       else j.run_at end,
+         -- an uncounted attempt gives the claim's increment back, never below zero
+         attempt = case when nack_v1.counts_as_attempt then j.attempt
+                        else greatest(j.attempt - 1, 0) end,
+         last_error = case when nack_v1.error is null then j.last_error else nack_v1.error end,
+         last_error_code = case when nack_v1.error is null then j.last_error_code
+                                else nack_v1.error_code end,
+         last_error_stack = case when nack_v1.error is null then j.last_error_stack
+                                 else nack_v1.error_stack end,
+         lease_expires_at = null,
+         finished_at = case when nack_v1.next_state in ('dead', 'failed') then v_now end,
+         updated_at = v_now
+   where j.id = nack_v1.id
+     and j.state = 'running'
+     and j.claimed_by = nack_v1.worker_id
+     and j.claims = nack_v1.claim;
+  return found;
+end;
+$$;
+
+-- jobs.nack_many_v1: nack many claimed jobs of one worker in one call.
+-- Arguments: worker_id; nacks, a JSON array of objects with the keys of jobs.nack_v1
+-- (id and claim required; next_state, delay as interval text such as '5 seconds' or 'PT5S',
+-- counts_as_attempt, error, error_code, error_stack optional).
+-- Answers (id, landed) per element, in input order. Raises X_ARGUMENT_INVALID, naming the
+-- element. Locks the rows. Introduced in revision 0001.
+create function jobs.nack_many_v1(worker_id text, nacks jsonb)
+returns setof jobs.settle_result
+language plpgsql
+volatile
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+  v_item jsonb;
+  v_ord bigint;
+  v_bad_key text;
+begin
+  if nacks is null or jsonb_typeof(nacks) <> 'array' then
+    perform jobs._invalid('jobs.nack_many_v1', 'nacks', 'must be a JSON array of objects');
+  end if;
+  if exists (select 1 from jsonb_array_elements(nacks) e where jsonb_typeof(e) <> 'object') then
+    perform jobs._invalid('jobs.nack_many_v1', 'nacks', 'must hold JSON objects only');
+  end if;
+  select format('nacks[%s].%s', e.ord, k.key)
+    into v_bad_key
+    from jsonb_array_elements(nacks) with ordinality as e(item, ord),
+         jsonb_object_keys(e.item) as k(key)
+   where k.key not in ('id', 'claim', 'next_state', 'delay', 'counts_as_attempt', 'error',
+                       'error_code', 'error_stack')
+   limit 1;
+  if v_bad_key is not null then
+    perform jobs._invalid('jobs.nack_many_v1', v_bad_key, 'is not an argument of jobs.nack_v1');
+  end if;
+
+  for v_item, v_ord in
+    select e.item, e.ord from jsonb_array_elements(nacks) with ordinality as e(item, ord)
+  loop
+    return query
+      select (v_item ->> 'id')::uuid,
+             jobs.nack_v1(
+               id => (v_item ->> 'id')::uuid,
+               worker_id => nack_many_v1.worker_id,
+               claim => (v_item ->> 'claim')::bigint,
+               next_state => coalesce(v_item ->> 'next_state', 'ready'),
+               delay => coalesce((v_item ->> 'delay')::interval, interval '0'),
+               counts_as_attempt => coalesce((v_item ->> 'counts_as_attempt')::boolean, true),
+               error => v_item ->> 'error',
+               error_code => v_item ->> 'error_code',
+               error_stack => v_item ->> 'error_stack');
+  end loop;
+end;
+$$;
+
+-- jobs.heartbeat_v1: renew a claimed attempt's lease.
+-- Arguments: id, worker_id, claim, visibility (30 s from now).
+-- Answers 'ok' (renewed), 'cancelled' (an operator cancelled the row this attempt held: stop,
+-- it is not a loss) or 'lost' (another claim owns the row, it finished, or it is gone).
+-- Raises X_ARGUMENT_INVALID. Locks the row. Introduced in revision 0001.
+create function jobs.heartbeat_v1(
+  id uuid,
+  worker_id text,
+  claim bigint,
+  visibility interval default interval '30 seconds'
+)
+returns text
+language plpgsql
+volatile
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+  v_now timestamptz := jobs._now();
+  v_state text;
+begin
+  perform jobs._check_fence('jobs.heartbeat_v1', heartbeat_v1.id, heartbeat_v1.worker_id,
+                            heartbeat_v1.claim);
+  if visibility is null or visibility <= interval '0' then
+    perform jobs._invalid('jobs.heartbeat_v1', 'visibility', 'must be a positive interval');
+  end if;
+
+  update jobs.jobs j
+     set lease_expires_at = v_now + heartbeat_v1.visibility,
+         updated_at = v_now
+   where j.id = heartbeat_v1.id
+     and j.state = 'running'
+     and j.claimed_by = heartbeat_v1.worker_id
+     and j.claims = heartbeat_v1.claim;
+  if found then
+    return 'ok';
+  end if;
+
+  -- a cancel keeps the token, so only the attempt that was running sees 'cancelled'
+  select j.state
+    into v_state
+    from jobs.jobs j
+   where j.id = heartbeat_v1.id
+     and j.claimed_by = heartbeat_v1.worker_id
+     and j.claims = heartbeat_v1.claim;
+  if v_state = 'cancelled' then
+    return 'cancelled';
+  end if;
+  return 'lost';
+end;
+$$;

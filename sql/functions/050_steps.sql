@@ -1,0 +1,133 @@
+-- 050_steps: durable step checkpoints, keyed by run, so a later attempt replays a step's stored
+-- result instead of running it again.
+--
+-- Tables: jobs.steps (insert, update, read), jobs.jobs (read, share lock).
+-- Lock order: the job row (for share, so no cancel or settle slips between the fence and the
+-- write), then the step row.
+
+create type jobs.step_record as (
+  name text,
+  status text,
+  output jsonb,
+  error text,
+  attempts integer,
+  started_at timestamptz,
+  finished_at timestamptz,
+  wake_at timestamptz
+);
+
+-- jobs.steps_v1: a run's step records, in the order they started.
+-- Arguments: run_id. Answers one jobs.step_record per step. Raises X_ARGUMENT_INVALID.
+-- Locks nothing. Introduced in revision 0001.
+create function jobs.steps_v1(run_id uuid)
+returns setof jobs.step_record
+language plpgsql
+stable
+set search_path = pg_catalog, pg_temp
+as $$
+begin
+  if run_id is null then
+    perform jobs._invalid('jobs.steps_v1', 'run_id', 'must be a run id');
+  end if;
+  return query
+    select s.name, s.status, s.output, s.error, s.attempts, s.started_at, s.finished_at, s.wake_at
+      from jobs.steps s
+     where s.run_id = steps_v1.run_id
+     order by s.started_at, s.name;
+end;
+$$;
+
+-- jobs.record_step_v1: store a step's outcome for the run of a claimed job, fenced on the claim
+-- like jobs.ack_v1.
+-- Arguments: id, worker_id, claim (the attempt's fence); name; status ('completed', 'sleeping',
+-- 'waiting', 'failed'); output (the step's JSON result); error; wake_at (when a sleeping or
+-- waiting step is due). A completed step is never overwritten: it ran once, ever.
+-- Answers the stored jobs.step_record.
+-- Raises X_JOB_CANCELLED (the job was cancelled), X_JOB_LEASE_LOST (another claim owns the job,
+-- it finished, or it is gone), X_STEP_DUPLICATE (the step already completed in this run),
+-- X_ARGUMENT_INVALID. Locks: the job row (share), then the step row.
+-- Introduced in revision 0001.
+create function jobs.record_step_v1(
+  id uuid,
+  worker_id text,
+  claim bigint,
+  name text,
+  status text,
+  output jsonb default null,
+  error text default null,
+  wake_at timestamptz default null
+)
+returns jobs.step_record
+language plpgsql
+volatile
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+  v_now timestamptz := jobs._now();
+  v_job record;
+  v_step jobs.step_record;
+begin
+  perform jobs._check_fence('jobs.record_step_v1', record_step_v1.id, record_step_v1.worker_id,
+                            record_step_v1.claim);
+  if name is null or name = '' then
+    perform jobs._invalid('jobs.record_step_v1', 'name', 'must be a non-empty step name');
+  end if;
+  if status is null or not (status = any(jobs.step_statuses())) then
+    perform jobs._invalid('jobs.record_step_v1', 'status',
+                          'must be one of ' || array_to_string(jobs.step_statuses(), ', '));
+  end if;
+
+  select j.run_id, j.state, j.claimed_by, j.claims
+    into v_job
+    from jobs.jobs j
+   where j.id = record_step_v1.id
+     for share;
+  if found and v_job.state = 'cancelled' and v_job.claims = record_step_v1.claim then
+    perform jobs._raise(
+      'X_JOB_CANCELLED',
+      format('job %s was cancelled; step %s was not recorded', record_step_v1.id, record_step_v1.name),
+      jsonb_build_object('id', record_step_v1.id, 'step', record_step_v1.name));
+  end if;
+  if not found
+     or v_job.state <> 'running'
+     or v_job.claimed_by is distinct from record_step_v1.worker_id
+     or v_job.claims <> record_step_v1.claim then
+    perform jobs._raise(
+      'X_JOB_LEASE_LOST',
+      format('job %s is no longer held by claim %s of worker %s; step %s was not recorded',
+             record_step_v1.id, record_step_v1.claim, record_step_v1.worker_id, record_step_v1.name),
+      jsonb_build_object('id', record_step_v1.id, 'worker_id', record_step_v1.worker_id,
+                         'claim', record_step_v1.claim, 'step', record_step_v1.name));
+  end if;
+
+  insert into jobs.steps as s (
+    run_id, name, status, output, error, attempts, started_at, updated_at, finished_at, wake_at)
+  values (
+    v_job.run_id, record_step_v1.name, record_step_v1.status, record_step_v1.output,
+    record_step_v1.error, 1, v_now, v_now,
+    case when record_step_v1.status in ('completed', 'failed') then v_now end,
+    record_step_v1.wake_at)
+  on conflict on constraint steps_pkey do update
+     set status = excluded.status,
+         output = excluded.output,
+         error = excluded.error,
+         -- a step that failed and is tried again counts one more attempt
+         attempts = s.attempts + case when s.status = 'failed' then 1 else 0 end,
+         updated_at = excluded.updated_at,
+         finished_at = excluded.finished_at,
+         wake_at = excluded.wake_at
+   where s.status <> 'completed'
+  returning s.name, s.status, s.output, s.error, s.attempts, s.started_at, s.finished_at, s.wake_at
+    into v_step;
+
+  if v_step.name is null then
+    perform jobs._raise(
+      'X_STEP_DUPLICATE',
+      format('step %s of run %s already completed; a step runs once', record_step_v1.name,
+             v_job.run_id),
+      jsonb_build_object('id', record_step_v1.id, 'run_id', v_job.run_id,
+                         'step', record_step_v1.name));
+  end if;
+  return v_step;
+end;
+$$;

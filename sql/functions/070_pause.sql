@@ -1,0 +1,47 @@
+-- 070_pause: pause and resume a queue. A pause is a row the claim reads, so it takes effect at
+-- every worker's next claim; enqueues still land while a queue is paused.
+--
+-- Tables: jobs.queue_pauses (insert, delete). Locks: the pause row.
+
+-- jobs.pause_queue: stop handing out the jobs of `queue`.
+-- Arguments: queue, paused_by (who, for the record). Answers true when this call paused it,
+-- false when it was already paused. Raises X_ARGUMENT_INVALID. Introduced in revision 0001.
+create function jobs.pause_queue(queue text, paused_by text default null)
+returns boolean
+language plpgsql
+volatile
+set search_path = pg_catalog, pg_temp
+as $$
+begin
+  if queue is null or btrim(queue) = '' then
+    perform jobs._invalid('jobs.pause_queue', 'queue', 'must be a non-empty queue name');
+  end if;
+  insert into jobs.queue_pauses as p (queue, paused_at, paused_by)
+  values (pause_queue.queue, jobs._now(), pause_queue.paused_by)
+  on conflict on constraint queue_pauses_pkey do nothing;
+  return found;
+end;
+$$;
+
+-- jobs.resume_queue: hand out the jobs of `queue` again, and wake its workers.
+-- Arguments: queue. Answers true when this call resumed it, false when it was not paused.
+-- Raises X_ARGUMENT_INVALID. Introduced in revision 0001.
+create function jobs.resume_queue(queue text)
+returns boolean
+language plpgsql
+volatile
+set search_path = pg_catalog, pg_temp
+as $$
+begin
+  if queue is null or btrim(queue) = '' then
+    perform jobs._invalid('jobs.resume_queue', 'queue', 'must be a non-empty queue name');
+  end if;
+  delete from jobs.queue_pauses p
+   where p.queue = resume_queue.queue;
+  if found then
+    perform pg_notify('jobs_wake', resume_queue.queue);
+    return true;
+  end if;
+  return false;
+end;
+$$;

@@ -1,0 +1,121 @@
+-- 000_schema: the jobs schema, its tables, constraints and indexes.
+begin;
+\ir fixtures/factory.sql
+select plan(35);
+
+set local durajobs.now = '2026-01-01 00:00:00+00';
+
+-- the schema and its tables
+select has_schema('jobs', 'schema jobs exists');
+select tables_are('jobs', array['jobs', 'steps', 'queue_pauses', 'error_codes'],
+                  'schema jobs holds exactly jobs, steps, queue_pauses and error_codes');
+
+-- jobs.jobs: the columns every function reads, with their types
+select columns_are('jobs', 'jobs', array[
+  'id', 'name', 'queue', 'input', 'idempotency_key', 'tenant_id', 'run_id', 'state', 'priority',
+  'attempt', 'max_attempts', 'run_at', 'created_at', 'updated_at', 'finished_at', 'claimed_by',
+  'claimed_at', 'lease_expires_at', 'claims', 'last_error', 'last_error_code', 'last_error_stack',
+  'progress', 'traceparent', 'enqueued_by'], 'jobs.jobs has the documented columns');
+select col_is_pk('jobs', 'jobs', 'id', 'jobs.jobs is keyed by id');
+select col_type_is('jobs', 'jobs', 'id', 'uuid', 'jobs.id is a uuid');
+select col_type_is('jobs', 'jobs', 'input', 'jsonb', 'jobs.input is jsonb');
+select col_type_is('jobs', 'jobs', 'claims', 'bigint', 'jobs.claims (the claim token) is a bigint');
+select col_type_is('jobs', 'jobs', 'run_at', 'timestamp with time zone', 'jobs.run_at is a timestamptz');
+select col_type_is('jobs', 'jobs', 'lease_expires_at', 'timestamp with time zone',
+                   'jobs.lease_expires_at is a timestamptz');
+select col_not_null('jobs', 'jobs', 'idempotency_key', 'every job has an idempotency key');
+select col_is_null('jobs', 'jobs', 'tenant_id', 'tenant_id is nullable (NULL: no tenant)');
+select col_not_null('jobs', 'jobs', 'run_id', 'every job has a run id');
+select col_default_is('jobs', 'jobs', 'claims', '0', 'claims starts at 0');
+select col_default_is('jobs', 'jobs', 'attempt', '0', 'attempt starts at 0');
+
+-- the check constraints refuse impossible rows even from a raw insert (R87: input is an object)
+select throws_ok(
+  $$insert into jobs.jobs (id, name, queue, input, idempotency_key, run_id, state, max_attempts,
+                           run_at, created_at, updated_at)
+    values (gen_random_uuid(), 'j', 'q', '[1]', 'k-raw-1', gen_random_uuid(), 'ready', 1,
+            jobs._now(), jobs._now(), jobs._now())$$,
+  '23514', null, 'a row whose input is not a JSON object is refused (R87)');
+select throws_ok(
+  $$insert into jobs.jobs (id, name, queue, input, idempotency_key, run_id, state, max_attempts,
+                           run_at, created_at, updated_at)
+    values (gen_random_uuid(), 'j', 'q', '"{}"', 'k-raw-2', gen_random_uuid(), 'ready', 1,
+            jobs._now(), jobs._now(), jobs._now())$$,
+  '23514', null, 'a row whose input is a JSON string is refused (R87)');
+select throws_ok(
+  $$insert into jobs.jobs (id, name, queue, input, idempotency_key, run_id, state, max_attempts,
+                           run_at, created_at, updated_at)
+    values (gen_random_uuid(), 'j', 'q', '{}', 'k-raw-3', gen_random_uuid(), 'ready', 0,
+            jobs._now(), jobs._now(), jobs._now())$$,
+  '23514', null, 'max_attempts below 1 is refused');
+select throws_ok(
+  $$insert into jobs.jobs (id, name, queue, input, idempotency_key, run_id, state, attempt,
+                           max_attempts, run_at, created_at, updated_at)
+    values (gen_random_uuid(), 'j', 'q', '{}', 'k-raw-4', gen_random_uuid(), 'ready', -1, 1,
+            jobs._now(), jobs._now(), jobs._now())$$,
+  '23514', null, 'a negative attempt is refused');
+
+-- R5: the only unique indexes on jobs.jobs are the primary key and the live dedupe index
+select is(
+  array(select c.relname::text
+          from pg_index x
+          join pg_class c on c.oid = x.indexrelid
+         where x.indrelid = 'jobs.jobs'::regclass and x.indisunique
+         order by 1),
+  array['jobs_name_tenant_idempotency_live_idx', 'jobs_pkey'],
+  'R5: jobs.jobs has no unique index but jobs_pkey and jobs_name_tenant_idempotency_live_idx');
+
+-- R3: the dedupe index spans name, coalesced tenant and key, over live rows only
+select matches(
+  (select indexdef from pg_indexes
+    where schemaname = 'jobs' and indexname = 'jobs_name_tenant_idempotency_live_idx'),
+  '^CREATE UNIQUE INDEX .* \(name, COALESCE\(tenant_id, ''''::text\), idempotency_key\)',
+  'R3: the dedupe index is unique on (name, COALESCE(tenant_id, ''''::text), idempotency_key)');
+select ok(
+  position('COALESCE(tenant_id, ''''::text)' in
+    (select indexdef from pg_indexes
+      where schemaname = 'jobs' and indexname = 'jobs_name_tenant_idempotency_live_idx')) > 0,
+  'R3: the dedupe index definition contains COALESCE(tenant_id, ''''::text)');
+select ok(
+  position($$WHERE (state = ANY (ARRAY['ready'::text, 'delayed'::text, 'running'::text, 'suspended'::text]))$$ in
+    (select indexdef from pg_indexes
+      where schemaname = 'jobs' and indexname = 'jobs_name_tenant_idempotency_live_idx')) > 0,
+  'R3: the dedupe index is partial on the live states');
+
+-- the claim, lease and listing indexes
+select has_index('jobs', 'jobs', 'jobs_claim_idx', array['queue', 'priority', 'run_at', 'id'],
+                 'the claim index is (queue, priority, run_at, id)');
+select ok(
+  (select indexdef from pg_indexes where schemaname = 'jobs' and indexname = 'jobs_claim_idx')
+  like $$%WHERE (state = ANY (ARRAY['ready'::text, 'delayed'::text, 'suspended'::text]))$$,
+  'the claim index holds only waiting rows');
+select has_index('jobs', 'jobs', 'jobs_lease_idx', array['lease_expires_at'],
+                 'the lease index is on lease_expires_at');
+select ok(
+  (select indexdef from pg_indexes where schemaname = 'jobs' and indexname = 'jobs_lease_idx')
+  like $$%WHERE (state = 'running'::text)$$,
+  'the lease index holds only running rows');
+select has_index('jobs', 'jobs', 'jobs_queue_created_idx', array['queue', 'created_at', 'id'],
+                 'the queue listing index is (queue, created_at, id)');
+select has_index('jobs', 'jobs', 'jobs_created_idx', array['created_at', 'id'],
+                 'the keyset listing index is (created_at, id)');
+
+-- jobs.steps: keyed by (run_id, name)
+select col_is_pk('jobs', 'steps', array['run_id', 'name'], 'jobs.steps is keyed by (run_id, name)');
+select col_default_is('jobs', 'steps', 'attempts', '1', 'a step starts at 1 attempt');
+
+-- jobs.queue_pauses: one row per paused queue
+select col_is_pk('jobs', 'queue_pauses', 'queue', 'jobs.queue_pauses is keyed by queue');
+
+-- jobs.error_codes: code is the key, sqlstate is unique
+select col_is_pk('jobs', 'error_codes', 'code', 'jobs.error_codes is keyed by code');
+select col_is_unique('jobs', 'error_codes', 'sqlstate', 'no two codes share a sqlstate');
+
+-- the composite types the functions answer
+select types_are('jobs', array['enqueue_result', '_enqueue_request', 'claimed_job', 'settle_result',
+                               'step_record', 'queue_stat'],
+                 'schema jobs declares the answer types');
+select has_composite('jobs', 'enqueue_result', 'jobs.enqueue_result exists');
+
+select * from finish();
+rollback;

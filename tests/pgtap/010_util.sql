@@ -1,0 +1,114 @@
+-- 010_util: the clock, ids, vocabularies, the error registry and the schema version.
+begin;
+\ir fixtures/factory.sql
+select plan(24);
+
+-- jobs.version: the installed schema version is 1
+select is(jobs.version(), 1, 'jobs.version() answers 1');
+
+-- jobs._now honours durajobs.now, and follows it when it changes mid-transaction
+set local durajobs.now = '2026-01-01 00:00:00+00';
+select is(jobs._now(), '2026-01-01 00:00:00+00'::timestamptz, '_now() answers the pinned clock');
+set local durajobs.now = '2026-03-04 05:06:07.5+00';
+select is(jobs._now(), '2026-03-04 05:06:07.5+00'::timestamptz, '_now() follows a re-pinned clock');
+select is(jobs_test.advance(interval '90 seconds'), '2026-03-04 05:07:37.5+00'::timestamptz,
+          'jobs_test.advance moves the pinned clock');
+-- unset (empty), the clock is the transaction's now()
+set local durajobs.now = '';
+select is(jobs._now(), now(), '_now() falls back to now() when durajobs.now is empty');
+
+-- jobs._uuid_v7: version 7 (13th hex digit), RFC variant (17th hex digit 8-b)
+select ok(
+  bool_and(substr(replace(u::text, '-', ''), 13, 1) = '7'),
+  '_uuid_v7() sets the version nibble to 7 (100 samples)')
+  from (select jobs._uuid_v7() as u from generate_series(1, 100)) s;
+select ok(
+  bool_and(substr(replace(u::text, '-', ''), 17, 1) in ('8', '9', 'a', 'b')),
+  '_uuid_v7() keeps the RFC 9562 variant bits (100 samples)')
+  from (select jobs._uuid_v7() as u from generate_series(1, 100)) s;
+select is(count(distinct u), 100::bigint, '_uuid_v7() answers distinct ids')
+  from (select jobs._uuid_v7() as u from generate_series(1, 100)) s;
+
+-- jobs._uuid_v7: the first 48 bits are the creation time in unix milliseconds
+select ok(
+  abs(('x' || substr(replace(jobs._uuid_v7()::text, '-', ''), 1, 12))::bit(48)::bigint
+      - floor(extract(epoch from clock_timestamp()) * 1000)::bigint) < 1000,
+  '_uuid_v7() carries the creation time in its first 48 bits');
+
+-- jobs._uuid_v7: ids created later sort later
+create temporary table uuid_sequence (n integer, u uuid) on commit drop;
+insert into uuid_sequence values (1, jobs._uuid_v7());
+select pg_sleep(0.005) \g /dev/null
+insert into uuid_sequence values (2, jobs._uuid_v7());
+select pg_sleep(0.005) \g /dev/null
+insert into uuid_sequence values (3, jobs._uuid_v7());
+select results_eq(
+  'select n from uuid_sequence order by u',
+  'values (1), (2), (3)',
+  '_uuid_v7() ids sort by creation time');
+
+-- every function of schema jobs pins its search_path
+select cmp_ok(
+  (select count(*) from pg_proc p where p.pronamespace = 'jobs'::regnamespace)::integer, '>=', 25,
+  'schema jobs holds the functions under test');
+select is_empty(
+  $$select p.oid::regprocedure::text
+      from pg_proc p
+     where p.pronamespace = 'jobs'::regnamespace
+       and not coalesce('search_path=pg_catalog, pg_temp' = any(p.proconfig), false)$$,
+  'every function in schema jobs sets search_path = pg_catalog, pg_temp');
+
+-- the error registry: every code has a distinct SQLSTATE in class JQ
+select is_empty(
+  $$select code from jobs.error_codes where sqlstate not like 'JQ%' or code not like 'X\_%'$$,
+  'every registered code is an X_* code with a JQ sqlstate');
+select is(
+  (select count(distinct sqlstate) from jobs.error_codes),
+  (select count(*) from jobs.error_codes),
+  'no two codes share a sqlstate');
+select results_eq(
+  $$select code, sqlstate::text from jobs.error_codes order by sqlstate$$,
+  $$values ('X_ARGUMENT_INVALID', 'JQ001'), ('X_JOB_INPUT_INVALID', 'JQ002'),
+           ('X_IDEMPOTENCY_REQUIRED', 'JQ003'), ('X_JOB_DUPLICATE', 'JQ004'),
+           ('X_DRIVER_UNAVAILABLE', 'JQ005'), ('X_JOB_CLAIM_QUEUES_EMPTY', 'JQ006'),
+           ('X_JOB_LEASE_LOST', 'JQ007'), ('X_JOB_CANCELLED', 'JQ008'),
+           ('X_STEP_DUPLICATE', 'JQ009'), ('X_JOB_ROW_STATUS_UNKNOWN', 'JQ010'),
+           ('X_JOB_NOT_FOUND', 'JQ011'), ('X_JOB_NOT_REQUEUEABLE', 'JQ012')$$,
+  'each X_* code maps to its documented sqlstate');
+select is_empty(
+  $$select code from jobs.error_codes where btrim(fix) = ''$$,
+  'every code carries a fix for the hint');
+
+-- jobs._raise raises the code's sqlstate; an unregistered code is a bug in durajobs (JQ000)
+select throws_ok(
+  $$select jobs._raise('X_JOB_NOT_FOUND', 'no such job')$$, 'JQ011', null,
+  '_raise raises the sqlstate registered for the code');
+select throws_ok(
+  $$select jobs._raise('X_NO_SUCH_CODE', 'oops')$$, 'JQ000', null,
+  '_raise of an unregistered code raises JQ000');
+select throws_ok(
+  $$select jobs._invalid('f', 'arg', 'is wrong')$$, 'JQ001', null,
+  '_invalid raises X_ARGUMENT_INVALID');
+
+-- the vocabularies
+select is(
+  jobs.job_states(),
+  array['ready', 'delayed', 'running', 'suspended', 'done', 'failed', 'dead', 'cancelled'],
+  'job_states() lists every state in lifecycle order');
+select is(
+  jobs.live_states(), array['ready', 'delayed', 'running', 'suspended'],
+  'live_states() lists the states that hold an idempotency key');
+select ok(jobs.live_states() <@ jobs.job_states(), 'every live state is a job state');
+select is(
+  jobs.step_statuses(), array['completed', 'sleeping', 'waiting', 'failed'],
+  'step_statuses() lists every step status');
+
+-- the unique index's predicate is exactly the live states
+select ok(
+  (select indexdef from pg_indexes
+    where schemaname = 'jobs' and indexname = 'jobs_name_tenant_idempotency_live_idx')
+  like '%' || (select string_agg(quote_literal(s) || '::text', ', ') from unnest(jobs.live_states()) s) || '%',
+  'the dedupe index covers exactly jobs.live_states()');
+
+select * from finish();
+rollback;
