@@ -6,6 +6,7 @@ thin shim that installs them and calls them.
 
 from __future__ import annotations
 
+from durajobs import calls
 from durajobs.client import SCHEMA_VERSION, Client, check_schema, execute, execute_async
 from durajobs.errors import DurajobsError
 from durajobs.migrations import downgrade, migrate
@@ -25,6 +26,7 @@ __all__ = [
     "SettleResult",
     "StepRecord",
     "StepStatus",
+    "calls",
     "check_schema",
     "downgrade",
     "execute",

@@ -270,6 +270,10 @@ def resume_queue(queue: str) -> Call[bool]:
     return _call("jobs.resume_queue", "", {"queue": queue}, _scalar, scalar=True)
 
 
+def cancel(id: UUID, *, reason: str | None = None) -> Call[bool]:
+    return _call("jobs.cancel", "", {"id": id, "reason": reason}, _scalar, scalar=True)
+
+
 def requeue(id: UUID, *, from_step: str | None = None) -> Call[bool]:
     arguments = {"id": id, "from_step": from_step}
     return _call("jobs.requeue", "", arguments, _scalar, scalar=True)

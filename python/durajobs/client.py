@@ -199,5 +199,8 @@ class Client:
     def resume_queue(self, queue: str) -> bool:
         return self.run(calls.resume_queue(queue))
 
+    def cancel(self, id: UUID, *, reason: str | None = None) -> bool:
+        return self.run(calls.cancel(id, reason=reason))
+
     def requeue(self, id: UUID, *, from_step: str | None = None) -> bool:
         return self.run(calls.requeue(id, from_step=from_step))

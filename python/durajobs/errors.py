@@ -12,9 +12,8 @@ from typing import Any, ClassVar
 
 import psycopg
 
-
-_BY_CODE: dict[str, type["DurajobsError"]] = {}
-_BY_SQLSTATE: dict[str, type["DurajobsError"]] = {}
+_BY_CODE: dict[str, type[DurajobsError]] = {}
+_BY_SQLSTATE: dict[str, type[DurajobsError]] = {}
 
 
 def register(cls: type[DurajobsError]) -> type[DurajobsError]:
@@ -76,43 +75,43 @@ class ArgumentInvalid(DurajobsError, ValueError):
 class JobInputInvalid(DurajobsError, ValueError):
     code = "X_JOB_INPUT_INVALID"
     sqlstate = "JQ002"
-    fix = "pass input as a JSON object"
+    fix = "pass input as a JSON object, e.g. input => '{\"user_id\": 1}'::jsonb"
 
 
 class IdempotencyRequired(DurajobsError, ValueError):
     code = "X_IDEMPOTENCY_REQUIRED"
     sqlstate = "JQ003"
-    fix = "pass an idempotency key that names this unit of work, e.g. 'invoice:42'"
+    fix = "pass idempotency_key => a string that names this unit of work, e.g. 'invoice:42'"
 
 
 class JobDuplicate(DurajobsError):
     code = "X_JOB_DUPLICATE"
     sqlstate = "JQ004"
-    fix = "use on_conflict='dedupe' to receive the live job, or wait for it to finish"
+    fix = "use on_conflict => 'dedupe' to receive the live job, or wait for it to finish"
 
 
 class DriverUnavailable(DurajobsError):
     code = "X_DRIVER_UNAVAILABLE"
     sqlstate = "JQ005"
-    fix = "durajobs migrate --database-url $DATABASE_URL"
+    fix = "run `durajobs migrate` so the idempotency index exists, then retry"
 
 
 class ClaimQueuesEmpty(DurajobsError, ValueError):
     code = "X_JOB_CLAIM_QUEUES_EMPTY"
     sqlstate = "JQ006"
-    fix = "name at least one queue, e.g. queues=['default']"
+    fix = "pass queues => array['default'] naming at least one queue"
 
 
 class JobLeaseLost(DurajobsError):
     code = "X_JOB_LEASE_LOST"
     sqlstate = "JQ007"
-    fix = "stop this attempt: another claim owns the job now"
+    fix = "stop this attempt: another claim owns the job now and will finish it"
 
 
 class JobCancelled(DurajobsError):
     code = "X_JOB_CANCELLED"
     sqlstate = "JQ008"
-    fix = "stop this attempt: an operator cancelled the job"
+    fix = "stop this attempt: the job was cancelled (jobs.cancel)"
 
 
 class StepDuplicate(DurajobsError):
@@ -124,19 +123,25 @@ class StepDuplicate(DurajobsError):
 class JobRowStatusUnknown(DurajobsError):
     code = "X_JOB_ROW_STATUS_UNKNOWN"
     sqlstate = "JQ010"
-    fix = "pip install --upgrade durajobs  # a newer release wrote this status"
+    fix = "upgrade durajobs to the release that wrote this status, or run `durajobs migrate`"
 
 
 class JobNotFound(DurajobsError, LookupError):
     code = "X_JOB_NOT_FOUND"
     sqlstate = "JQ011"
-    fix = "check the job id"
+    fix = "check the id: select id, name, state from jobs.jobs where id = ..."
 
 
 class JobNotRequeueable(DurajobsError):
     code = "X_JOB_NOT_REQUEUEABLE"
     sqlstate = "JQ012"
-    fix = "wait for the job to finish, or cancel it first"
+    fix = "only a finished job requeues: wait for it, or jobs.cancel(id => ...) it first"
+
+
+class JobNotCancellable(DurajobsError):
+    code = "X_JOB_NOT_CANCELLABLE"
+    sqlstate = "JQ013"
+    fix = "only a live job cancels; a finished one stays as it ended (jobs.requeue runs it again)"
 
 
 class SchemaVersionMismatch(DurajobsError):

@@ -8,9 +8,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import psycopg
 from alembic import command, op
 from alembic.config import Config
 from sqlalchemy import create_engine
+from sqlalchemy.pool import NullPool
 
 SCHEMA = "jobs"
 VERSION_TABLE = "alembic_version"
@@ -52,7 +54,10 @@ def alembic_config() -> Config:
 
 def _run(database_url: str, action: str, revision: str) -> None:
     config = alembic_config()
-    engine = create_engine(sqlalchemy_url(database_url))
+    # psycopg opens the connection, so any libpq string works: a URL or "host=... dbname=..."
+    engine = create_engine(
+        "postgresql+psycopg://", creator=lambda: psycopg.connect(database_url), poolclass=NullPool
+    )
     try:
         with engine.begin() as connection:
             config.attributes["connection"] = connection
@@ -65,7 +70,7 @@ def _run(database_url: str, action: str, revision: str) -> None:
 
 
 def migrate(database_url: str, revision: str = HEAD) -> None:
-    """Upgrade the database at `database_url` to `revision` (the newest by default).
+    """Upgrade the database at `database_url` (URL or libpq string) to `revision` (head).
 
     Runs in one transaction: a failure leaves the database as it was.
     """
@@ -85,4 +90,4 @@ def apply_sql_file(path: Path) -> None:
     """
     driver_connection = op.get_bind().connection.driver_connection
     assert driver_connection is not None
-    driver_connection.execute(path.read_text())  # type: ignore[attr-defined]
+    driver_connection.execute(path.read_text())

@@ -53,11 +53,11 @@ E = TypeVar("E", bound=StrEnum)
 
 def narrow(enum: type[E], value: object, *, table: str, column: str) -> E:
     """Return `value` as a member of `enum`, or raise X_JOB_ROW_STATUS_UNKNOWN naming the column."""
-    try:
-        return enum(value)
-    except ValueError:
-        known = [member.value for member in enum]
-        raise JobRowStatusUnknown(
-            f"{table}.{column} holds {value!r}, which this build does not know (known: {known})",
-            detail={"table": table, "column": column, "value": value, "known": known},
-        ) from None
+    for member in enum:
+        if member.value == value:
+            return member
+    known = [member.value for member in enum]
+    raise JobRowStatusUnknown(
+        f"{table}.{column} holds {value!r}, which this build does not know (known: {known})",
+        detail={"table": table, "column": column, "value": value, "known": known},
+    )

@@ -62,10 +62,6 @@ create index jobs_lease_idx
 create index jobs_queue_created_idx
   on jobs.jobs (queue, created_at, id);
 
--- keyset listing, newest first
-create index jobs_created_idx
-  on jobs.jobs (created_at, id);
-
 create table jobs.steps (
   run_id uuid not null,
   name text not null,

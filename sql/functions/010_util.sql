@@ -7,7 +7,7 @@
 create function jobs.version()
 returns integer
 language sql
-immutable
+stable
 set search_path = pg_catalog, pg_temp
 as $$
   select 1
@@ -98,15 +98,17 @@ insert into jobs.error_codes (code, sqlstate, fix) values
   ('X_JOB_LEASE_LOST', 'JQ007',
    'stop this attempt: another claim owns the job now and will finish it'),
   ('X_JOB_CANCELLED', 'JQ008',
-   'stop this attempt: an operator cancelled the job'),
+   'stop this attempt: the job was cancelled (jobs.cancel)'),
   ('X_STEP_DUPLICATE', 'JQ009',
    'give every step of one run a distinct name'),
   ('X_JOB_ROW_STATUS_UNKNOWN', 'JQ010',
    'upgrade durajobs to the release that wrote this status, or run `durajobs migrate`'),
   ('X_JOB_NOT_FOUND', 'JQ011',
-   'check the job id: `durajobs` lists jobs with their ids'),
+   'check the id: select id, name, state from jobs.jobs where id = ...'),
   ('X_JOB_NOT_REQUEUEABLE', 'JQ012',
-   'wait for the job to finish, or cancel it first; only done, failed, dead or cancelled jobs requeue');
+   'only a finished job requeues: wait for it, or jobs.cancel(id => ...) it first'),
+  ('X_JOB_NOT_CANCELLABLE', 'JQ013',
+   'only a live job cancels; a finished one stays as it ended (jobs.requeue runs it again)');
 
 -- jobs._raise: raise the registered error `code` with its SQLSTATE, a message that starts with
 -- the code, structured detail (a JSON object that always carries the code) and the fix as hint.

@@ -64,7 +64,7 @@ begin
       jsonb_build_object('function', function_name, 'argument', prefix || 'input',
                          'job', _check_enqueue.name));
   end if;
-  if _check_enqueue.idempotency_key is null or _check_enqueue.idempotency_key = '' then
+  if _check_enqueue.idempotency_key is null or btrim(_check_enqueue.idempotency_key) = '' then
     perform jobs._raise(
       'X_IDEMPOTENCY_REQUIRED',
       format('%s: %sidempotency_key is required for job %s', function_name, prefix,
@@ -175,8 +175,10 @@ $$;
 -- holding (name, tenant_id, idempotency_key), or of the row that already has the given id, live
 -- or finished. A run_at more than now makes the row 'delayed', else 'ready'.
 -- Raises X_ARGUMENT_INVALID, X_JOB_INPUT_INVALID, X_IDEMPOTENCY_REQUIRED; X_JOB_DUPLICATE under
--- on_conflict => 'error'; X_DRIVER_UNAVAILABLE when two inserts conflict and no row explains why
--- (the unique index is missing). Locks: the unique indexes. Introduced in revision 0001.
+-- on_conflict => 'error' (detail.reason 'key_held' or 'id_exists'), and always when the given id
+-- already names a different job (name, tenant or key differ: 'id_taken'); X_DRIVER_UNAVAILABLE
+-- when two inserts conflict and no row explains why (the unique index is missing).
+-- Locks: the unique indexes. Introduced in revision 0001.
 create function jobs.enqueue(
   name text,
   input jsonb,
@@ -201,6 +203,7 @@ declare
   v_now timestamptz := jobs._now();
   v_run_at timestamptz := coalesce(enqueue.run_at, jobs._now());
   v_result jobs.enqueue_result;
+  v_by_id record;
 begin
   perform jobs._check_enqueue('jobs.enqueue', '', enqueue.name, enqueue.input,
                               enqueue.idempotency_key, enqueue.queue, enqueue.tenant_id,
@@ -231,22 +234,44 @@ begin
     end if;
 
     if enqueue.id is not null then
-      select j.id, j.run_id, true
-        into v_result
+      select j.id, j.run_id, j.name, j.tenant_id, j.idempotency_key
+        into v_by_id
         from jobs.jobs j
        where j.id = enqueue.id;
-    end if;
-    if v_result.id is null then
-      v_result := jobs._find_live(enqueue.name, enqueue.tenant_id, enqueue.idempotency_key);
+      if found then
+        -- the same job published again (an outbox relay after a crash) answers the row it
+        -- made, live or finished; an id naming a different job is never reused
+        if v_by_id.name <> enqueue.name
+           or coalesce(v_by_id.tenant_id, '') <> coalesce(enqueue.tenant_id, '')
+           or v_by_id.idempotency_key <> enqueue.idempotency_key then
+          perform jobs._raise(
+            'X_JOB_DUPLICATE',
+            format('id %s already names job %s with idempotency key %s; an id is never reused',
+                   enqueue.id, v_by_id.name, v_by_id.idempotency_key),
+            jsonb_build_object('reason', 'id_taken', 'existing_id', enqueue.id,
+                               'job', enqueue.name, 'idempotency_key', enqueue.idempotency_key),
+            'pass a fresh id, or none and one is made');
+        end if;
+        if enqueue.on_conflict = 'error' then
+          perform jobs._raise(
+            'X_JOB_DUPLICATE',
+            format('job %s already exists', enqueue.id),
+            jsonb_build_object('reason', 'id_exists', 'existing_id', enqueue.id,
+                               'job', enqueue.name, 'idempotency_key', enqueue.idempotency_key));
+        end if;
+        return (v_by_id.id, v_by_id.run_id, true)::jobs.enqueue_result;
+      end if;
     end if;
 
+    v_result := jobs._find_live(enqueue.name, enqueue.tenant_id, enqueue.idempotency_key);
     if v_result.id is not null then
       if enqueue.on_conflict = 'error' then
         perform jobs._raise(
           'X_JOB_DUPLICATE',
-          format('job %s with idempotency key %s is already held by job %s',
+          format('job %s with idempotency key %s is already held by live job %s',
                  enqueue.name, enqueue.idempotency_key, v_result.id),
-          jsonb_build_object('job', enqueue.name, 'idempotency_key', enqueue.idempotency_key,
+          jsonb_build_object('reason', 'key_held', 'job', enqueue.name,
+                             'idempotency_key', enqueue.idempotency_key,
                              'tenant_id', enqueue.tenant_id, 'existing_id', v_result.id));
       end if;
       return v_result;
@@ -268,7 +293,8 @@ $$;
 -- A key repeated inside the batch dedupes to its first occurrence.
 -- Answers one (id, run_id, deduped) per request, in input order.
 -- Raises what jobs.enqueue raises, naming the request (requests[3].name); under
--- on_conflict => 'error' the first duplicate raises and nothing is inserted.
+-- on_conflict => 'error' the first duplicate raises (detail.reason 'key_held', 'id_exists', or
+-- 'key_repeated' for a key repeated inside the batch) and nothing is inserted.
 -- Locks: the unique indexes. One wake per queue per statement. Introduced in revision 0001.
 create function jobs.enqueue_many(requests jsonb, on_conflict text default 'dedupe')
 returns setof jobs.enqueue_result
@@ -347,6 +373,26 @@ begin
     perform jobs._invalid('jobs.enqueue_many', v_bad_key, 'repeats the id of an earlier request');
   end if;
 
+  select r.ord, r.id, j.name, j.idempotency_key
+    into v_duplicate
+    from unnest(v_requests) r
+    join jobs.jobs j on r.id_supplied and j.id = r.id
+   where j.name <> r.name
+      or coalesce(j.tenant_id, '') <> coalesce(r.tenant_id, '')
+      or j.idempotency_key <> r.idempotency_key
+   order by r.ord
+   limit 1;
+  if found then
+    perform jobs._raise(
+      'X_JOB_DUPLICATE',
+      format('requests[%s]: id %s already names job %s with idempotency key %s; an id is never '
+             'reused', v_duplicate.ord, v_duplicate.id, v_duplicate.name,
+             v_duplicate.idempotency_key),
+      jsonb_build_object('reason', 'id_taken', 'existing_id', v_duplicate.id,
+                         'request', v_duplicate.ord),
+      'pass a fresh id, or none and one is made');
+  end if;
+
   foreach v_request in array v_requests loop
     perform jobs._check_enqueue('jobs.enqueue_many', format('requests[%s].', v_request.ord),
                                 v_request.name, v_request.input, v_request.idempotency_key,
@@ -415,20 +461,35 @@ begin
   end if;
 
   if enqueue_many.on_conflict = 'error' then
-    select r.ord, r.name, r.idempotency_key, r.tenant_id, a.id
+    select r.ord, r.name, r.idempotency_key, r.tenant_id, a.id, r.id_supplied,
+           earlier.ord as earlier_ord
       into v_duplicate
       from unnest(v_answered, v_answer_ids, v_answer_deduped) as a(ord, id, deduped)
       join unnest(v_requests) r on r.ord = a.ord
+      left join unnest(v_requests) earlier on earlier.id = a.id and earlier.ord < r.ord
      where a.deduped
      order by r.ord
      limit 1;
-    if found then
+    if found and v_duplicate.earlier_ord is not null then
+      -- the holder is a row of this very batch, rolled back with it: name the request instead
+      perform jobs._raise(
+        'X_JOB_DUPLICATE',
+        format('requests[%s]: job %s repeats the idempotency key %s of requests[%s]',
+               v_duplicate.ord, v_duplicate.name, v_duplicate.idempotency_key,
+               v_duplicate.earlier_ord),
+        jsonb_build_object('reason', 'key_repeated', 'job', v_duplicate.name,
+                           'idempotency_key', v_duplicate.idempotency_key,
+                           'request', v_duplicate.ord, 'earlier_request', v_duplicate.earlier_ord));
+    elsif found then
       perform jobs._raise(
         'X_JOB_DUPLICATE',
         format('requests[%s]: job %s with idempotency key %s is already held by job %s',
                v_duplicate.ord, v_duplicate.name, v_duplicate.idempotency_key,
                v_duplicate.id),
-        jsonb_build_object('job', v_duplicate.name, 'idempotency_key', v_duplicate.idempotency_key,
+        jsonb_build_object('reason', case when v_duplicate.id_supplied
+                                          and v_duplicate.id = (v_requests[v_duplicate.ord]).id
+                                          then 'id_exists' else 'key_held' end,
+                           'job', v_duplicate.name, 'idempotency_key', v_duplicate.idempotency_key,
                            'tenant_id', v_duplicate.tenant_id,
                            'existing_id', v_duplicate.id, 'request', v_duplicate.ord));
     end if;

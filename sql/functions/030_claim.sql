@@ -60,10 +60,10 @@ begin
       'jobs.claim_v1: queues is empty, so no job could ever be claimed',
       jsonb_build_object('function', 'jobs.claim_v1', 'argument', 'queues'));
   end if;
-  if array_position(queues, null) is not null or '' = any(queues) then
+  if exists (select 1 from unnest(queues) q where q is null or btrim(q) = '') then
     perform jobs._invalid('jobs.claim_v1', 'queues', 'must not contain NULL or empty names');
   end if;
-  if worker_id is null or worker_id = '' then
+  if worker_id is null or btrim(worker_id) = '' then
     perform jobs._invalid('jobs.claim_v1', 'worker_id', 'must be a non-empty worker id');
   end if;
   if batch_size is null or batch_size < 1 then

@@ -23,7 +23,7 @@ begin
   if id is null then
     perform jobs._invalid(function_name, 'id', 'must be a job id');
   end if;
-  if worker_id is null or worker_id = '' then
+  if worker_id is null or btrim(worker_id) = '' then
     perform jobs._invalid(function_name, 'worker_id', 'must be the claiming worker''s id');
   end if;
   if claim is null then
@@ -72,7 +72,7 @@ as $$
 declare
   v_now timestamptz := jobs._now();
 begin
-  if worker_id is null or worker_id = '' then
+  if worker_id is null or btrim(worker_id) = '' then
     perform jobs._invalid('jobs.ack_many_v1', 'worker_id', 'must be the claiming worker''s id');
   end if;
   if ids is null or claims is null or cardinality(ids) <> cardinality(claims) then
@@ -111,9 +111,10 @@ $$;
 -- Arguments: id, worker_id, claim; next_state, the one decision on where the row goes:
 -- 'ready' (retry after delay; also a shed), 'suspended' (a park: a sleep, or a job this deploy
 -- cannot run, due after delay), 'dead' (dead-lettered) or 'failed' (terminal, not
--- dead-lettered); delay (0); counts_as_attempt (true; false gives the claim's attempt back, for a
--- shed, a park or an interrupted attempt); error, error_code, error_stack (written only when
--- error is given: a shed writes nothing).
+-- dead-lettered); delay (0, at most 100 years); counts_as_attempt (true; false gives the claim's
+-- attempt back, for a shed, a park or an interrupted attempt); error, error_code, error_stack
+-- (written only when error is given: a shed writes nothing). A counted 'ready' on the final
+-- attempt (attempt >= max_attempts) ends 'dead' instead: the row never runs past its budget.
 -- Answers whether it landed. Raises X_ARGUMENT_INVALID. Locks the row.
 -- Introduced in revision 0001.
 create function jobs.nack_v1(
@@ -140,15 +141,19 @@ begin
     perform jobs._invalid('jobs.nack_v1', 'next_state',
                           'must be one of ''ready'', ''suspended'', ''dead'', ''failed''');
   end if;
-  if delay is null or delay < interval '0' or not isfinite(v_now + delay) then
-    perform jobs._invalid('jobs.nack_v1', 'delay', 'must be a finite interval of at least 0');
+  if delay is null or delay < interval '0' or delay > interval '100 years' then
+    perform jobs._invalid('jobs.nack_v1', 'delay', 'must be an interval from 0 to 100 years');
   end if;
   if counts_as_attempt is null then
     perform jobs._invalid('jobs.nack_v1', 'counts_as_attempt', 'must be true or false');
   end if;
 
+  -- the budget holds whatever the caller decided: a counted retry of the final attempt is the
+  -- exhausted case, and it dead-letters rather than run past max_attempts
   update jobs.jobs j
-     set state = nack_v1.next_state,
+     set state = case when nack_v1.next_state = 'ready' and nack_v1.counts_as_attempt
+                           and j.attempt >= j.max_attempts then 'dead'
+                      else nack_v1.next_state end,
          run_at = case when nack_v1.next_state in ('ready', 'suspended')
                        then v_now + nack_v1.delay
                        else j.run_at end,
@@ -161,7 +166,10 @@ begin
          last_error_stack = case when nack_v1.error is null then j.last_error_stack
                                  else nack_v1.error_stack end,
          lease_expires_at = null,
-         finished_at = case when nack_v1.next_state in ('dead', 'failed') then v_now end,
+         finished_at = case when nack_v1.next_state in ('dead', 'failed')
+                              or (nack_v1.next_state = 'ready' and nack_v1.counts_as_attempt
+                                  and j.attempt >= j.max_attempts)
+                            then v_now end,
          updated_at = v_now
    where j.id = nack_v1.id
      and j.state = 'running'
@@ -175,8 +183,9 @@ $$;
 -- Arguments: worker_id; nacks, a JSON array of objects with the keys of jobs.nack_v1
 -- (id and claim required; next_state, delay as interval text such as '5 seconds' or 'PT5S',
 -- counts_as_attempt, error, error_code, error_stack optional).
--- Answers (id, landed) per element, in input order. Raises X_ARGUMENT_INVALID, naming the
--- element. Locks the rows. Introduced in revision 0001.
+-- Answers (id, landed) per element, in input order. Raises X_ARGUMENT_INVALID (an unknown key
+-- names its element; a value of the wrong type names the value). Locks the rows.
+-- Introduced in revision 0001.
 create function jobs.nack_many_v1(worker_id text, nacks jsonb)
 returns setof jobs.settle_result
 language plpgsql
@@ -184,8 +193,12 @@ volatile
 set search_path = pg_catalog, pg_temp
 as $$
 declare
-  v_item jsonb;
-  v_ord bigint;
+  v_ids uuid[];
+  v_claims bigint[];
+  v_next_states text[];
+  v_delays interval[];
+  v_counts boolean[];
+  v_ord integer;
   v_bad_key text;
 begin
   if nacks is null or jsonb_typeof(nacks) <> 'array' then
@@ -205,21 +218,37 @@ begin
     perform jobs._invalid('jobs.nack_many_v1', v_bad_key, 'is not an argument of jobs.nack_v1');
   end if;
 
-  for v_item, v_ord in
-    select e.item, e.ord from jsonb_array_elements(nacks) with ordinality as e(item, ord)
-  loop
+  -- parse every element first, in one block: a value of the wrong type is an argument error
+  begin
+    select coalesce(array_agg((e.item ->> 'id')::uuid order by e.ord), '{}'),
+           coalesce(array_agg((e.item ->> 'claim')::bigint order by e.ord), '{}'),
+           coalesce(array_agg(coalesce(e.item ->> 'next_state', 'ready') order by e.ord), '{}'),
+           coalesce(array_agg(coalesce((e.item ->> 'delay')::interval, interval '0')
+                              order by e.ord), '{}'),
+           coalesce(array_agg(coalesce((e.item ->> 'counts_as_attempt')::boolean, true)
+                              order by e.ord), '{}')
+      into v_ids, v_claims, v_next_states, v_delays, v_counts
+      from jsonb_array_elements(nacks) with ordinality as e(item, ord);
+  exception
+    when invalid_text_representation or invalid_datetime_format or datetime_field_overflow
+         or numeric_value_out_of_range or invalid_parameter_value or interval_field_overflow then
+      perform jobs._invalid('jobs.nack_many_v1', 'nacks',
+                            'holds a value of the wrong type: ' || sqlerrm);
+  end;
+
+  for v_ord in 1..cardinality(v_ids) loop
     return query
-      select (v_item ->> 'id')::uuid,
+      select v_ids[v_ord],
              jobs.nack_v1(
-               id => (v_item ->> 'id')::uuid,
+               id => v_ids[v_ord],
                worker_id => nack_many_v1.worker_id,
-               claim => (v_item ->> 'claim')::bigint,
-               next_state => coalesce(v_item ->> 'next_state', 'ready'),
-               delay => coalesce((v_item ->> 'delay')::interval, interval '0'),
-               counts_as_attempt => coalesce((v_item ->> 'counts_as_attempt')::boolean, true),
-               error => v_item ->> 'error',
-               error_code => v_item ->> 'error_code',
-               error_stack => v_item ->> 'error_stack');
+               claim => v_claims[v_ord],
+               next_state => v_next_states[v_ord],
+               delay => v_delays[v_ord],
+               counts_as_attempt => v_counts[v_ord],
+               error => nacks -> (v_ord - 1) ->> 'error',
+               error_code => nacks -> (v_ord - 1) ->> 'error_code',
+               error_stack => nacks -> (v_ord - 1) ->> 'error_stack');
   end loop;
 end;
 $$;

@@ -82,7 +82,10 @@ begin
     from jobs.jobs j
    where j.id = record_step_v1.id
      for share;
-  if found and v_job.state = 'cancelled' and v_job.claims = record_step_v1.claim then
+  if found
+     and v_job.state = 'cancelled'
+     and v_job.claimed_by = record_step_v1.worker_id
+     and v_job.claims = record_step_v1.claim then
     perform jobs._raise(
       'X_JOB_CANCELLED',
       format('job %s was cancelled; step %s was not recorded', record_step_v1.id, record_step_v1.name),

@@ -15,8 +15,9 @@ create type jobs.queue_stat as (
 
 -- jobs.queue_stats: per queue, how many jobs are ready, delayed, running, suspended and dead,
 -- and how long the oldest ready-and-due job has waited past its run_at.
--- Each row counts in exactly one bucket. A shed row is 'ready' and counts as ready; a suspended
--- row (a sleep, a park) is excluded from oldest_ready_age even when due, on purpose.
+-- Each row counts in exactly one bucket. ready: state 'ready' (a shed row included, even while
+-- its short delay runs) and 'delayed' rows that came due; delayed: 'delayed' rows not yet due.
+-- A suspended row (a sleep, a park) is excluded from oldest_ready_age even when due, on purpose.
 -- Arguments: queues (NULL: every queue holding a job; given: exactly those, zeros included).
 -- Answers one jobs.queue_stat per queue, ordered by queue. Locks nothing.
 -- Introduced in revision 0001.
@@ -32,13 +33,15 @@ begin
   return query
     with counted as (
       select j.queue,
-             count(*) filter (where j.state = 'ready') as ready,
-             count(*) filter (where j.state = 'delayed') as delayed,
+             -- a delayed row that came due waits like a ready one: count it there
+             count(*) filter (where j.state = 'ready'
+                                 or (j.state = 'delayed' and j.run_at <= v_now)) as ready,
+             count(*) filter (where j.state = 'delayed' and j.run_at > v_now) as delayed,
              count(*) filter (where j.state = 'running') as running,
              count(*) filter (where j.state = 'suspended') as suspended,
              count(*) filter (where j.state = 'dead') as dead,
-             v_now - min(j.run_at) filter (where j.state = 'ready' and j.run_at <= v_now)
-               as oldest_ready_age
+             v_now - min(j.run_at) filter (where j.state in ('ready', 'delayed')
+                                             and j.run_at <= v_now) as oldest_ready_age
         from jobs.jobs j
        where j.state in ('ready', 'delayed', 'running', 'suspended', 'dead')
          and (queue_stats.queues is null or j.queue = any(queue_stats.queues))

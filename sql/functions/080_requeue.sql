@@ -5,8 +5,8 @@
 -- jobs.requeue: move a finished job (done, failed, dead, cancelled) back to 'ready', due now,
 -- with attempt 0 and no last error. Its claim token is kept, never reset, so a token from
 -- before the requeue cannot settle the new attempt.
--- Arguments: id; from_step (optional): that step and every step that started after it are
--- dropped in the same statement, so they run again.
+-- Arguments: id; from_step (optional): that step and every step that started at or after its
+-- start are dropped in the same statement, so they run again.
 -- Answers true. Raises X_JOB_NOT_FOUND (no such id), X_JOB_NOT_REQUEUEABLE (the job is live:
 -- requeueing it would run it twice), X_JOB_DUPLICATE (a live job holds its idempotency key),
 -- X_ARGUMENT_INVALID (from_step names no step of the run). Locks: the job row, then its steps.
@@ -70,7 +70,7 @@ begin
       delete from jobs.steps s
        where requeue.from_step is not null
          and s.run_id = v_job.run_id
-         and (s.name = requeue.from_step or s.started_at > v_from)
+         and (s.name = requeue.from_step or s.started_at >= v_from)
     )
     update jobs.jobs j
        set state = 'ready',

@@ -38,12 +38,23 @@ def _run(connection: Connection) -> None:
     )
     with context.begin_transaction():
         context.run_migrations()
-        # at base nothing of durajobs remains but the empty version table: remove it too
+        # at base nothing of durajobs remains but the empty version table: remove it, and the
+        # schema too unless someone else keeps objects there
         remaining = connection.execute(
             text(f"select count(*) from {SCHEMA}.{VERSION_TABLE}")
         ).scalar_one()
         if remaining == 0:
-            connection.execute(text(f"drop schema {SCHEMA} cascade"))
+            connection.execute(text(f"drop table {SCHEMA}.{VERSION_TABLE}"))
+            others = connection.execute(
+                text("select count(*) from pg_class where relnamespace = to_regnamespace(:schema)"),
+                {"schema": SCHEMA},
+            ).scalar_one()
+            others += connection.execute(
+                text("select count(*) from pg_proc where pronamespace = to_regnamespace(:schema)"),
+                {"schema": SCHEMA},
+            ).scalar_one()
+            if others == 0:
+                connection.execute(text(f"drop schema {SCHEMA}"))
 
 
 def run_migrations_online() -> None:

@@ -73,7 +73,8 @@ select results_eq(
            ('X_DRIVER_UNAVAILABLE', 'JQ005'), ('X_JOB_CLAIM_QUEUES_EMPTY', 'JQ006'),
            ('X_JOB_LEASE_LOST', 'JQ007'), ('X_JOB_CANCELLED', 'JQ008'),
            ('X_STEP_DUPLICATE', 'JQ009'), ('X_JOB_ROW_STATUS_UNKNOWN', 'JQ010'),
-           ('X_JOB_NOT_FOUND', 'JQ011'), ('X_JOB_NOT_REQUEUEABLE', 'JQ012')$$,
+           ('X_JOB_NOT_FOUND', 'JQ011'), ('X_JOB_NOT_REQUEUEABLE', 'JQ012'),
+           ('X_JOB_NOT_CANCELLABLE', 'JQ013')$$,
   'each X_* code maps to its documented sqlstate');
 select is_empty(
   $$select code from jobs.error_codes where btrim(fix) = ''$$,

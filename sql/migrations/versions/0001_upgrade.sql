@@ -66,10 +66,6 @@ create index jobs_lease_idx
 create index jobs_queue_created_idx
   on jobs.jobs (queue, created_at, id);
 
--- keyset listing, newest first
-create index jobs_created_idx
-  on jobs.jobs (created_at, id);
-
 create table jobs.steps (
   run_id uuid not null,
   name text not null,
@@ -106,7 +102,7 @@ create table jobs.error_codes (
 create function jobs.version()
 returns integer
 language sql
-immutable
+stable
 set search_path = pg_catalog, pg_temp
 as $$
   select 1
@@ -197,15 +193,17 @@ insert into jobs.error_codes (code, sqlstate, fix) values
   ('X_JOB_LEASE_LOST', 'JQ007',
    'stop this attempt: another claim owns the job now and will finish it'),
   ('X_JOB_CANCELLED', 'JQ008',
-   'stop this attempt: an operator cancelled the job'),
+   'stop this attempt: the job was cancelled (jobs.cancel)'),
   ('X_STEP_DUPLICATE', 'JQ009',
    'give every step of one run a distinct name'),
   ('X_JOB_ROW_STATUS_UNKNOWN', 'JQ010',
    'upgrade durajobs to the release that wrote this status, or run `durajobs migrate`'),
   ('X_JOB_NOT_FOUND', 'JQ011',
-   'check the job id: `durajobs` lists jobs with their ids'),
+   'check the id: select id, name, state from jobs.jobs where id = ...'),
   ('X_JOB_NOT_REQUEUEABLE', 'JQ012',
-   'wait for the job to finish, or cancel it first; only done, failed, dead or cancelled jobs requeue');
+   'only a finished job requeues: wait for it, or jobs.cancel(id => ...) it first'),
+  ('X_JOB_NOT_CANCELLABLE', 'JQ013',
+   'only a live job cancels; a finished one stays as it ended (jobs.requeue runs it again)');
 
 -- jobs._raise: raise the registered error `code` with its SQLSTATE, a message that starts with
 -- the code, structured detail (a JSON object that always carries the code) and the fix as hint.
@@ -318,7 +316,7 @@ begin
       jsonb_build_object('function', function_name, 'argument', prefix || 'input',
                          'job', _check_enqueue.name));
   end if;
-  if _check_enqueue.idempotency_key is null or _check_enqueue.idempotency_key = '' then
+  if _check_enqueue.idempotency_key is null or btrim(_check_enqueue.idempotency_key) = '' then
     perform jobs._raise(
       'X_IDEMPOTENCY_REQUIRED',
       format('%s: %sidempotency_key is required for job %s', function_name, prefix,
@@ -429,8 +427,10 @@ $$;
 -- holding (name, tenant_id, idempotency_key), or of the row that already has the given id, live
 -- or finished. A run_at more than now makes the row 'delayed', else 'ready'.
 -- Raises X_ARGUMENT_INVALID, X_JOB_INPUT_INVALID, X_IDEMPOTENCY_REQUIRED; X_JOB_DUPLICATE under
--- on_conflict => 'error'; X_DRIVER_UNAVAILABLE when two inserts conflict and no row explains why
--- (the unique index is missing). Locks: the unique indexes. Introduced in revision 0001.
+-- on_conflict => 'error' (detail.reason 'key_held' or 'id_exists'), and always when the given id
+-- already names a different job (name, tenant or key differ: 'id_taken'); X_DRIVER_UNAVAILABLE
+-- when two inserts conflict and no row explains why (the unique index is missing).
+-- Locks: the unique indexes. Introduced in revision 0001.
 create function jobs.enqueue(
   name text,
   input jsonb,
@@ -455,6 +455,7 @@ declare
   v_now timestamptz := jobs._now();
   v_run_at timestamptz := coalesce(enqueue.run_at, jobs._now());
   v_result jobs.enqueue_result;
+  v_by_id record;
 begin
   perform jobs._check_enqueue('jobs.enqueue', '', enqueue.name, enqueue.input,
                               enqueue.idempotency_key, enqueue.queue, enqueue.tenant_id,
@@ -485,22 +486,44 @@ begin
     end if;
 
     if enqueue.id is not null then
-      select j.id, j.run_id, true
-        into v_result
+      select j.id, j.run_id, j.name, j.tenant_id, j.idempotency_key
+        into v_by_id
         from jobs.jobs j
        where j.id = enqueue.id;
-    end if;
-    if v_result.id is null then
-      v_result := jobs._find_live(enqueue.name, enqueue.tenant_id, enqueue.idempotency_key);
+      if found then
+        -- the same job published again (an outbox relay after a crash) answers the row it
+        -- made, live or finished; an id naming a different job is never reused
+        if v_by_id.name <> enqueue.name
+           or coalesce(v_by_id.tenant_id, '') <> coalesce(enqueue.tenant_id, '')
+           or v_by_id.idempotency_key <> enqueue.idempotency_key then
+          perform jobs._raise(
+            'X_JOB_DUPLICATE',
+            format('id %s already names job %s with idempotency key %s; an id is never reused',
+                   enqueue.id, v_by_id.name, v_by_id.idempotency_key),
+            jsonb_build_object('reason', 'id_taken', 'existing_id', enqueue.id,
+                               'job', enqueue.name, 'idempotency_key', enqueue.idempotency_key),
+            'pass a fresh id, or none and one is made');
+        end if;
+        if enqueue.on_conflict = 'error' then
+          perform jobs._raise(
+            'X_JOB_DUPLICATE',
+            format('job %s already exists', enqueue.id),
+            jsonb_build_object('reason', 'id_exists', 'existing_id', enqueue.id,
+                               'job', enqueue.name, 'idempotency_key', enqueue.idempotency_key));
+        end if;
+        return (v_by_id.id, v_by_id.run_id, true)::jobs.enqueue_result;
+      end if;
     end if;
 
+    v_result := jobs._find_live(enqueue.name, enqueue.tenant_id, enqueue.idempotency_key);
     if v_result.id is not null then
       if enqueue.on_conflict = 'error' then
         perform jobs._raise(
           'X_JOB_DUPLICATE',
-          format('job %s with idempotency key %s is already held by job %s',
+          format('job %s with idempotency key %s is already held by live job %s',
                  enqueue.name, enqueue.idempotency_key, v_result.id),
-          jsonb_build_object('job', enqueue.name, 'idempotency_key', enqueue.idempotency_key,
+          jsonb_build_object('reason', 'key_held', 'job', enqueue.name,
+                             'idempotency_key', enqueue.idempotency_key,
                              'tenant_id', enqueue.tenant_id, 'existing_id', v_result.id));
       end if;
       return v_result;
@@ -522,7 +545,8 @@ $$;
 -- A key repeated inside the batch dedupes to its first occurrence.
 -- Answers one (id, run_id, deduped) per request, in input order.
 -- Raises what jobs.enqueue raises, naming the request (requests[3].name); under
--- on_conflict => 'error' the first duplicate raises and nothing is inserted.
+-- on_conflict => 'error' the first duplicate raises (detail.reason 'key_held', 'id_exists', or
+-- 'key_repeated' for a key repeated inside the batch) and nothing is inserted.
 -- Locks: the unique indexes. One wake per queue per statement. Introduced in revision 0001.
 create function jobs.enqueue_many(requests jsonb, on_conflict text default 'dedupe')
 returns setof jobs.enqueue_result
@@ -601,6 +625,26 @@ begin
     perform jobs._invalid('jobs.enqueue_many', v_bad_key, 'repeats the id of an earlier request');
   end if;
 
+  select r.ord, r.id, j.name, j.idempotency_key
+    into v_duplicate
+    from unnest(v_requests) r
+    join jobs.jobs j on r.id_supplied and j.id = r.id
+   where j.name <> r.name
+      or coalesce(j.tenant_id, '') <> coalesce(r.tenant_id, '')
+      or j.idempotency_key <> r.idempotency_key
+   order by r.ord
+   limit 1;
+  if found then
+    perform jobs._raise(
+      'X_JOB_DUPLICATE',
+      format('requests[%s]: id %s already names job %s with idempotency key %s; an id is never '
+             'reused', v_duplicate.ord, v_duplicate.id, v_duplicate.name,
+             v_duplicate.idempotency_key),
+      jsonb_build_object('reason', 'id_taken', 'existing_id', v_duplicate.id,
+                         'request', v_duplicate.ord),
+      'pass a fresh id, or none and one is made');
+  end if;
+
   foreach v_request in array v_requests loop
     perform jobs._check_enqueue('jobs.enqueue_many', format('requests[%s].', v_request.ord),
                                 v_request.name, v_request.input, v_request.idempotency_key,
@@ -669,20 +713,35 @@ begin
   end if;
 
   if enqueue_many.on_conflict = 'error' then
-    select r.ord, r.name, r.idempotency_key, r.tenant_id, a.id
+    select r.ord, r.name, r.idempotency_key, r.tenant_id, a.id, r.id_supplied,
+           earlier.ord as earlier_ord
       into v_duplicate
       from unnest(v_answered, v_answer_ids, v_answer_deduped) as a(ord, id, deduped)
       join unnest(v_requests) r on r.ord = a.ord
+      left join unnest(v_requests) earlier on earlier.id = a.id and earlier.ord < r.ord
      where a.deduped
      order by r.ord
      limit 1;
-    if found then
+    if found and v_duplicate.earlier_ord is not null then
+      -- the holder is a row of this very batch, rolled back with it: name the request instead
+      perform jobs._raise(
+        'X_JOB_DUPLICATE',
+        format('requests[%s]: job %s repeats the idempotency key %s of requests[%s]',
+               v_duplicate.ord, v_duplicate.name, v_duplicate.idempotency_key,
+               v_duplicate.earlier_ord),
+        jsonb_build_object('reason', 'key_repeated', 'job', v_duplicate.name,
+                           'idempotency_key', v_duplicate.idempotency_key,
+                           'request', v_duplicate.ord, 'earlier_request', v_duplicate.earlier_ord));
+    elsif found then
       perform jobs._raise(
         'X_JOB_DUPLICATE',
         format('requests[%s]: job %s with idempotency key %s is already held by job %s',
                v_duplicate.ord, v_duplicate.name, v_duplicate.idempotency_key,
                v_duplicate.id),
-        jsonb_build_object('job', v_duplicate.name, 'idempotency_key', v_duplicate.idempotency_key,
+        jsonb_build_object('reason', case when v_duplicate.id_supplied
+                                          and v_duplicate.id = (v_requests[v_duplicate.ord]).id
+                                          then 'id_exists' else 'key_held' end,
+                           'job', v_duplicate.name, 'idempotency_key', v_duplicate.idempotency_key,
                            'tenant_id', v_duplicate.tenant_id,
                            'existing_id', v_duplicate.id, 'request', v_duplicate.ord));
     end if;
@@ -770,10 +829,10 @@ begin
       'jobs.claim_v1: queues is empty, so no job could ever be claimed',
       jsonb_build_object('function', 'jobs.claim_v1', 'argument', 'queues'));
   end if;
-  if array_position(queues, null) is not null or '' = any(queues) then
+  if exists (select 1 from unnest(queues) q where q is null or btrim(q) = '') then
     perform jobs._invalid('jobs.claim_v1', 'queues', 'must not contain NULL or empty names');
   end if;
-  if worker_id is null or worker_id = '' then
+  if worker_id is null or btrim(worker_id) = '' then
     perform jobs._invalid('jobs.claim_v1', 'worker_id', 'must be a non-empty worker id');
   end if;
   if batch_size is null or batch_size < 1 then
@@ -921,7 +980,7 @@ begin
   if id is null then
     perform jobs._invalid(function_name, 'id', 'must be a job id');
   end if;
-  if worker_id is null or worker_id = '' then
+  if worker_id is null or btrim(worker_id) = '' then
     perform jobs._invalid(function_name, 'worker_id', 'must be the claiming worker''s id');
   end if;
   if claim is null then
@@ -970,7 +1029,7 @@ as $$
 declare
   v_now timestamptz := jobs._now();
 begin
-  if worker_id is null or worker_id = '' then
+  if worker_id is null or btrim(worker_id) = '' then
     perform jobs._invalid('jobs.ack_many_v1', 'worker_id', 'must be the claiming worker''s id');
   end if;
   if ids is null or claims is null or cardinality(ids) <> cardinality(claims) then
@@ -1009,9 +1068,10 @@ $$;
 -- Arguments: id, worker_id, claim; next_state, the one decision on where the row goes:
 -- 'ready' (retry after delay; also a shed), 'suspended' (a park: a sleep, or a job this deploy
 -- cannot run, due after delay), 'dead' (dead-lettered) or 'failed' (terminal, not
--- dead-lettered); delay (0); counts_as_attempt (true; false gives the claim's attempt back, for a
--- shed, a park or an interrupted attempt); error, error_code, error_stack (written only when
--- error is given: a shed writes nothing).
+-- dead-lettered); delay (0, at most 100 years); counts_as_attempt (true; false gives the claim's
+-- attempt back, for a shed, a park or an interrupted attempt); error, error_code, error_stack
+-- (written only when error is given: a shed writes nothing). A counted 'ready' on the final
+-- attempt (attempt >= max_attempts) ends 'dead' instead: the row never runs past its budget.
 -- Answers whether it landed. Raises X_ARGUMENT_INVALID. Locks the row.
 -- Introduced in revision 0001.
 create function jobs.nack_v1(
@@ -1038,15 +1098,19 @@ begin
     perform jobs._invalid('jobs.nack_v1', 'next_state',
                           'must be one of ''ready'', ''suspended'', ''dead'', ''failed''');
   end if;
-  if delay is null or delay < interval '0' or not isfinite(v_now + delay) then
-    perform jobs._invalid('jobs.nack_v1', 'delay', 'must be a finite interval of at least 0');
+  if delay is null or delay < interval '0' or delay > interval '100 years' then
+    perform jobs._invalid('jobs.nack_v1', 'delay', 'must be an interval from 0 to 100 years');
   end if;
   if counts_as_attempt is null then
     perform jobs._invalid('jobs.nack_v1', 'counts_as_attempt', 'must be true or false');
   end if;
 
+  -- the budget holds whatever the caller decided: a counted retry of the final attempt is the
+  -- exhausted case, and it dead-letters rather than run past max_attempts
   update jobs.jobs j
-     set state = nack_v1.next_state,
+     set state = case when nack_v1.next_state = 'ready' and nack_v1.counts_as_attempt
+                           and j.attempt >= j.max_attempts then 'dead'
+                      else nack_v1.next_state end,
          run_at = case when nack_v1.next_state in ('ready', 'suspended')
                        then v_now + nack_v1.delay
                        else j.run_at end,
@@ -1059,7 +1123,10 @@ begin
          last_error_stack = case when nack_v1.error is null then j.last_error_stack
                                  else nack_v1.error_stack end,
          lease_expires_at = null,
-         finished_at = case when nack_v1.next_state in ('dead', 'failed') then v_now end,
+         finished_at = case when nack_v1.next_state in ('dead', 'failed')
+                              or (nack_v1.next_state = 'ready' and nack_v1.counts_as_attempt
+                                  and j.attempt >= j.max_attempts)
+                            then v_now end,
          updated_at = v_now
    where j.id = nack_v1.id
      and j.state = 'running'
@@ -1073,8 +1140,9 @@ $$;
 -- Arguments: worker_id; nacks, a JSON array of objects with the keys of jobs.nack_v1
 -- (id and claim required; next_state, delay as interval text such as '5 seconds' or 'PT5S',
 -- counts_as_attempt, error, error_code, error_stack optional).
--- Answers (id, landed) per element, in input order. Raises X_ARGUMENT_INVALID, naming the
--- element. Locks the rows. Introduced in revision 0001.
+-- Answers (id, landed) per element, in input order. Raises X_ARGUMENT_INVALID (an unknown key
+-- names its element; a value of the wrong type names the value). Locks the rows.
+-- Introduced in revision 0001.
 create function jobs.nack_many_v1(worker_id text, nacks jsonb)
 returns setof jobs.settle_result
 language plpgsql
@@ -1082,8 +1150,12 @@ volatile
 set search_path = pg_catalog, pg_temp
 as $$
 declare
-  v_item jsonb;
-  v_ord bigint;
+  v_ids uuid[];
+  v_claims bigint[];
+  v_next_states text[];
+  v_delays interval[];
+  v_counts boolean[];
+  v_ord integer;
   v_bad_key text;
 begin
   if nacks is null or jsonb_typeof(nacks) <> 'array' then
@@ -1103,21 +1175,37 @@ begin
     perform jobs._invalid('jobs.nack_many_v1', v_bad_key, 'is not an argument of jobs.nack_v1');
   end if;
 
-  for v_item, v_ord in
-    select e.item, e.ord from jsonb_array_elements(nacks) with ordinality as e(item, ord)
-  loop
+  -- parse every element first, in one block: a value of the wrong type is an argument error
+  begin
+    select coalesce(array_agg((e.item ->> 'id')::uuid order by e.ord), '{}'),
+           coalesce(array_agg((e.item ->> 'claim')::bigint order by e.ord), '{}'),
+           coalesce(array_agg(coalesce(e.item ->> 'next_state', 'ready') order by e.ord), '{}'),
+           coalesce(array_agg(coalesce((e.item ->> 'delay')::interval, interval '0')
+                              order by e.ord), '{}'),
+           coalesce(array_agg(coalesce((e.item ->> 'counts_as_attempt')::boolean, true)
+                              order by e.ord), '{}')
+      into v_ids, v_claims, v_next_states, v_delays, v_counts
+      from jsonb_array_elements(nacks) with ordinality as e(item, ord);
+  exception
+    when invalid_text_representation or invalid_datetime_format or datetime_field_overflow
+         or numeric_value_out_of_range or invalid_parameter_value or interval_field_overflow then
+      perform jobs._invalid('jobs.nack_many_v1', 'nacks',
+                            'holds a value of the wrong type: ' || sqlerrm);
+  end;
+
+  for v_ord in 1..cardinality(v_ids) loop
     return query
-      select (v_item ->> 'id')::uuid,
+      select v_ids[v_ord],
              jobs.nack_v1(
-               id => (v_item ->> 'id')::uuid,
+               id => v_ids[v_ord],
                worker_id => nack_many_v1.worker_id,
-               claim => (v_item ->> 'claim')::bigint,
-               next_state => coalesce(v_item ->> 'next_state', 'ready'),
-               delay => coalesce((v_item ->> 'delay')::interval, interval '0'),
-               counts_as_attempt => coalesce((v_item ->> 'counts_as_attempt')::boolean, true),
-               error => v_item ->> 'error',
-               error_code => v_item ->> 'error_code',
-               error_stack => v_item ->> 'error_stack');
+               claim => v_claims[v_ord],
+               next_state => v_next_states[v_ord],
+               delay => v_delays[v_ord],
+               counts_as_attempt => v_counts[v_ord],
+               error => nacks -> (v_ord - 1) ->> 'error',
+               error_code => nacks -> (v_ord - 1) ->> 'error_code',
+               error_stack => nacks -> (v_ord - 1) ->> 'error_stack');
   end loop;
 end;
 $$;
@@ -1258,7 +1346,10 @@ begin
     from jobs.jobs j
    where j.id = record_step_v1.id
      for share;
-  if found and v_job.state = 'cancelled' and v_job.claims = record_step_v1.claim then
+  if found
+     and v_job.state = 'cancelled'
+     and v_job.claimed_by = record_step_v1.worker_id
+     and v_job.claims = record_step_v1.claim then
     perform jobs._raise(
       'X_JOB_CANCELLED',
       format('job %s was cancelled; step %s was not recorded', record_step_v1.id, record_step_v1.name),
@@ -1326,8 +1417,9 @@ create type jobs.queue_stat as (
 
 -- jobs.queue_stats: per queue, how many jobs are ready, delayed, running, suspended and dead,
 -- and how long the oldest ready-and-due job has waited past its run_at.
--- Each row counts in exactly one bucket. A shed row is 'ready' and counts as ready; a suspended
--- row (a sleep, a park) is excluded from oldest_ready_age even when due, on purpose.
+-- Each row counts in exactly one bucket. ready: state 'ready' (a shed row included, even while
+-- its short delay runs) and 'delayed' rows that came due; delayed: 'delayed' rows not yet due.
+-- A suspended row (a sleep, a park) is excluded from oldest_ready_age even when due, on purpose.
 -- Arguments: queues (NULL: every queue holding a job; given: exactly those, zeros included).
 -- Answers one jobs.queue_stat per queue, ordered by queue. Locks nothing.
 -- Introduced in revision 0001.
@@ -1343,13 +1435,15 @@ begin
   return query
     with counted as (
       select j.queue,
-             count(*) filter (where j.state = 'ready') as ready,
-             count(*) filter (where j.state = 'delayed') as delayed,
+             -- a delayed row that came due waits like a ready one: count it there
+             count(*) filter (where j.state = 'ready'
+                                 or (j.state = 'delayed' and j.run_at <= v_now)) as ready,
+             count(*) filter (where j.state = 'delayed' and j.run_at > v_now) as delayed,
              count(*) filter (where j.state = 'running') as running,
              count(*) filter (where j.state = 'suspended') as suspended,
              count(*) filter (where j.state = 'dead') as dead,
-             v_now - min(j.run_at) filter (where j.state = 'ready' and j.run_at <= v_now)
-               as oldest_ready_age
+             v_now - min(j.run_at) filter (where j.state in ('ready', 'delayed')
+                                             and j.run_at <= v_now) as oldest_ready_age
         from jobs.jobs j
        where j.state in ('ready', 'delayed', 'running', 'suspended', 'dead')
          and (queue_stats.queues is null or j.queue = any(queue_stats.queues))
@@ -1433,8 +1527,8 @@ $$;
 -- jobs.requeue: move a finished job (done, failed, dead, cancelled) back to 'ready', due now,
 -- with attempt 0 and no last error. Its claim token is kept, never reset, so a token from
 -- before the requeue cannot settle the new attempt.
--- Arguments: id; from_step (optional): that step and every step that started after it are
--- dropped in the same statement, so they run again.
+-- Arguments: id; from_step (optional): that step and every step that started at or after its
+-- start are dropped in the same statement, so they run again.
 -- Answers true. Raises X_JOB_NOT_FOUND (no such id), X_JOB_NOT_REQUEUEABLE (the job is live:
 -- requeueing it would run it twice), X_JOB_DUPLICATE (a live job holds its idempotency key),
 -- X_ARGUMENT_INVALID (from_step names no step of the run). Locks: the job row, then its steps.
@@ -1498,7 +1592,7 @@ begin
       delete from jobs.steps s
        where requeue.from_step is not null
          and s.run_id = v_job.run_id
-         and (s.name = requeue.from_step or s.started_at > v_from)
+         and (s.name = requeue.from_step or s.started_at >= v_from)
     )
     update jobs.jobs j
        set state = 'ready',
@@ -1525,5 +1619,55 @@ begin
 
   perform pg_notify('jobs_wake', v_job.queue);
   return true;
+end;
+$$;
+
+-- >>> sql/functions/090_cancel.sql
+-- 090_cancel: stop a live job. A waiting one is cancelled at once; a running one keeps its
+-- claimed_by and claim token, so its worker's next heartbeat answers 'cancelled' and its late
+-- ack, nack or step write matches nothing: the row stays cancelled.
+--
+-- Tables: jobs.jobs (update). Locks: the job row.
+
+-- jobs.cancel: cancel a live job (ready, delayed, running, suspended).
+-- Arguments: id; reason (optional, kept in last_error).
+-- Answers true. Raises X_JOB_NOT_CANCELLABLE (the job is finished, and is left exactly as it
+-- ended, or no job has that id), X_ARGUMENT_INVALID. Locks the row.
+-- Introduced in revision 0001.
+create function jobs.cancel(id uuid, reason text default null)
+returns boolean
+language plpgsql
+volatile
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+  v_now timestamptz := jobs._now();
+  v_state text;
+begin
+  if id is null then
+    perform jobs._invalid('jobs.cancel', 'id', 'must be a job id');
+  end if;
+
+  update jobs.jobs j
+     set state = 'cancelled',
+         last_error = 'cancelled' || coalesce(': ' || cancel.reason, ''),
+         last_error_code = 'X_JOB_CANCELLED',
+         last_error_stack = null,
+         lease_expires_at = null,
+         finished_at = v_now,
+         updated_at = v_now
+   where j.id = cancel.id
+     and j.state in ('ready', 'delayed', 'running', 'suspended');
+  if found then
+    return true;
+  end if;
+
+  select j.state into v_state from jobs.jobs j where j.id = cancel.id;
+  perform jobs._raise(
+    'X_JOB_NOT_CANCELLABLE',
+    case when v_state is null then format('no job has id %s', cancel.id)
+         else format('job %s is %s; only a live job can be cancelled', cancel.id, v_state) end,
+    jsonb_build_object('id', cancel.id, 'state', v_state));
+  return false;
 end;
 $$;

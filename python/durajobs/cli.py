@@ -1,0 +1,140 @@
+"""The `durajobs` command."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Sequence
+from dataclasses import asdict
+from datetime import datetime
+from typing import Any
+
+from durajobs.client import Client
+from durajobs.errors import ArgumentInvalid, DurajobsError, JobInputInvalid
+from durajobs.migrations import HEAD, migrate
+
+
+class DatabaseUrlMissing(DurajobsError):
+    code = "X_DATABASE_URL_MISSING"
+    fix = "pass --database-url postgresql://... or export DATABASE_URL"
+
+
+def _database_url(given: str | None) -> str:
+    url = given or os.environ.get("DATABASE_URL")
+    if not url:
+        raise DatabaseUrlMissing("no database to talk to")
+    return url
+
+
+def _json_object(text: str) -> dict[str, Any]:
+    try:
+        value = json.loads(text)
+    except ValueError as error:
+        raise JobInputInvalid(f"--input is not valid JSON: {error}") from None
+    if not isinstance(value, dict):
+        raise JobInputInvalid(f"--input must be a JSON object, got {type(value).__name__}")
+    return value
+
+
+def _instant(text: str) -> datetime:
+    try:
+        instant = datetime.fromisoformat(text)
+    except ValueError:
+        raise ArgumentInvalid(f"--run-at is not an ISO 8601 instant: {text!r}") from None
+    if instant.tzinfo is None:
+        raise ArgumentInvalid(f"--run-at needs a time zone, e.g. {text}+00:00")
+    return instant
+
+
+def _cmd_migrate(args: argparse.Namespace) -> int:
+    migrate(_database_url(args.database_url), args.revision)
+    print(f"jobs schema at revision {args.revision}")
+    return 0
+
+
+def _cmd_enqueue(args: argparse.Namespace) -> int:
+    options: dict[str, Any] = {
+        "queue": args.queue,
+        "tenant_id": args.tenant,
+        "priority": args.priority,
+        "max_attempts": args.max_attempts,
+        "run_at": _instant(args.run_at) if args.run_at else None,
+    }
+    payload = _json_object(args.input)
+    with Client.connect(_database_url(args.database_url)) as client:
+        result = client.enqueue(args.name, payload, args.key, **options)
+    answer = {
+        key: str(value) if key != "deduped" else value for key, value in asdict(result).items()
+    }
+    if args.json:
+        print(json.dumps(answer))
+    else:
+        verdict = "deduped onto live job" if result.deduped else "enqueued job"
+        print(f"{verdict} {result.id} (run {result.run_id})")
+    return 0
+
+
+def _cmd_demo(args: argparse.Namespace) -> int:
+    from durajobs.demo import run_demo
+
+    url = args.database_url or os.environ.get("DATABASE_URL")
+    if url:
+        run_demo(url, jobs=args.jobs)
+        return 0
+    from durajobs.embedded import embedded_postgres
+
+    print("no DATABASE_URL: starting an embedded Postgres for the demo")
+    with embedded_postgres() as embedded_url:
+        run_demo(embedded_url, jobs=args.jobs)
+    return 0
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="durajobs", description="Durable jobs for Postgres.")
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    def with_database(command: argparse.ArgumentParser) -> argparse.ArgumentParser:
+        command.add_argument("--database-url", help="default: $DATABASE_URL")
+        return command
+
+    migrate_command = with_database(commands.add_parser("migrate", help="install or upgrade"))
+    migrate_command.add_argument("--revision", default=HEAD, help="alembic revision (head)")
+    migrate_command.set_defaults(run=_cmd_migrate)
+
+    enqueue_command = with_database(commands.add_parser("enqueue", help="enqueue one job"))
+    enqueue_command.add_argument("name", help="the job's name (its durable queue key)")
+    enqueue_command.add_argument("--input", required=True, help="the job's input, a JSON object")
+    enqueue_command.add_argument(
+        "--key", required=True, help="idempotency key: a second enqueue while live dedupes"
+    )
+    enqueue_command.add_argument("--queue", help="queue (default: 'default')")
+    enqueue_command.add_argument("--tenant", help="tenant id (default: none)")
+    enqueue_command.add_argument("--run-at", help="ISO 8601 instant with a zone (default: now)")
+    enqueue_command.add_argument("--priority", type=int, help="lower runs first (default 0)")
+    enqueue_command.add_argument("--max-attempts", type=int, help="default 20")
+    enqueue_command.add_argument("--json", action="store_true", help="print the answer as JSON")
+    enqueue_command.set_defaults(run=_cmd_enqueue)
+
+    demo_command = with_database(commands.add_parser("demo", help="run the demo"))
+    demo_command.add_argument("--jobs", type=int, default=200, help="how many jobs (200)")
+    demo_command.set_defaults(run=_cmd_demo)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; answer the exit status (1 for a durajobs error, with its fix)."""
+    args = _parser().parse_args(argv)
+    try:
+        status: int = args.run(args)
+    except DurajobsError as error:
+        print(f"error: {error}", file=sys.stderr)
+        if error.hint:
+            print(f"fix: {error.hint}", file=sys.stderr)
+        return 1
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,48 @@
+-- 090_cancel: stop a live job. A waiting one is cancelled at once; a running one keeps its
+-- claimed_by and claim token, so its worker's next heartbeat answers 'cancelled' and its late
+-- ack, nack or step write matches nothing: the row stays cancelled.
+--
+-- Tables: jobs.jobs (update). Locks: the job row.
+
+-- jobs.cancel: cancel a live job (ready, delayed, running, suspended).
+-- Arguments: id; reason (optional, kept in last_error).
+-- Answers true. Raises X_JOB_NOT_CANCELLABLE (the job is finished, and is left exactly as it
+-- ended, or no job has that id), X_ARGUMENT_INVALID. Locks the row.
+-- Introduced in revision 0001.
+create function jobs.cancel(id uuid, reason text default null)
+returns boolean
+language plpgsql
+volatile
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+  v_now timestamptz := jobs._now();
+  v_state text;
+begin
+  if id is null then
+    perform jobs._invalid('jobs.cancel', 'id', 'must be a job id');
+  end if;
+
+  update jobs.jobs j
+     set state = 'cancelled',
+         last_error = 'cancelled' || coalesce(': ' || cancel.reason, ''),
+         last_error_code = 'X_JOB_CANCELLED',
+         last_error_stack = null,
+         lease_expires_at = null,
+         finished_at = v_now,
+         updated_at = v_now
+   where j.id = cancel.id
+     and j.state in ('ready', 'delayed', 'running', 'suspended');
+  if found then
+    return true;
+  end if;
+
+  select j.state into v_state from jobs.jobs j where j.id = cancel.id;
+  perform jobs._raise(
+    'X_JOB_NOT_CANCELLABLE',
+    case when v_state is null then format('no job has id %s', cancel.id)
+         else format('job %s is %s; only a live job can be cancelled', cancel.id, v_state) end,
+    jsonb_build_object('id', cancel.id, 'state', v_state));
+  return false;
+end;
+$$;

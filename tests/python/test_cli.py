@@ -1,0 +1,111 @@
+"""The `durajobs` command, run as a real process."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import psycopg
+
+
+def _durajobs(*args, env_url=None):
+    environment = {"PATH": "/usr/bin:/bin"}
+    if env_url:
+        environment["DATABASE_URL"] = env_url
+    return subprocess.run(
+        [sys.executable, "-m", "durajobs.cli", *args],
+        capture_output=True,
+        text=True,
+        env=environment,
+        timeout=120,
+    )
+
+
+def test_migrate_installs_the_schema(empty_database_url):
+    done = _durajobs("migrate", "--database-url", empty_database_url)
+    assert done.returncode == 0, done.stderr
+    with psycopg.connect(empty_database_url) as connection:
+        assert connection.execute("select jobs.version()").fetchone() == (1,)
+
+
+def test_enqueue_answers_the_ids_as_json_and_dedupes(database_url):
+    first = _durajobs(
+        "enqueue",
+        "send-email",
+        "--input",
+        '{"to": "a@b.c"}',
+        "--key",
+        "welcome:1",
+        "--queue",
+        "emails",
+        "--json",
+        env_url=database_url,
+    )
+    assert first.returncode == 0, first.stderr
+    answer = json.loads(first.stdout)
+    assert set(answer) == {"id", "run_id", "deduped"}
+    assert answer["deduped"] is False
+
+    again = _durajobs(
+        "enqueue",
+        "send-email",
+        "--input",
+        "{}",
+        "--key",
+        "welcome:1",
+        "--json",
+        env_url=database_url,
+    )
+    assert json.loads(again.stdout) == {**answer, "deduped": True}
+    with psycopg.connect(database_url) as connection:
+        row = connection.execute("select name, queue, input from jobs.jobs").fetchall()
+    assert row == [("send-email", "emails", {"to": "a@b.c"})]
+
+
+def test_bad_input_is_refused_with_its_code_and_stores_nothing(database_url):
+    for bad in ("{not json", "[1, 2]"):
+        done = _durajobs("enqueue", "n", "--input", bad, "--key", "k", env_url=database_url)
+        assert done.returncode == 1
+        assert "X_JOB_INPUT_INVALID" in done.stderr
+        assert "fix:" in done.stderr
+    refused = _durajobs(
+        "enqueue", "n", "--input", "{}", "--key", "k", "--max-attempts", "0", env_url=database_url
+    )
+    assert refused.returncode == 1
+    assert "X_ARGUMENT_INVALID" in refused.stderr
+    with psycopg.connect(database_url) as connection:
+        assert connection.execute("select count(*) from jobs.jobs").fetchone() == (0,)
+
+
+def test_a_missing_database_url_names_the_fix():
+    done = _durajobs("enqueue", "n", "--input", "{}", "--key", "k")
+    assert done.returncode == 1
+    assert "X_DATABASE_URL_MISSING" in done.stderr
+    assert "DATABASE_URL" in done.stderr
+
+
+def test_an_unmigrated_database_names_durajobs_migrate(empty_database_url):
+    done = _durajobs("enqueue", "n", "--input", "{}", "--key", "k", env_url=empty_database_url)
+    assert done.returncode == 1
+    assert "X_SCHEMA_VERSION_MISMATCH" in done.stderr
+    assert "durajobs migrate" in done.stderr
+
+
+def test_the_demo_runs_every_job_against_a_given_database(empty_database_url):
+    done = _durajobs("demo", "--jobs", "40", env_url=empty_database_url)
+    assert done.returncode == 0, done.stderr
+    assert "deduped=True" in done.stdout
+    assert "claimed and acked 41 jobs (1 failed once and were retried)" in done.stdout
+    with psycopg.connect(empty_database_url) as connection:
+        states = connection.execute("select state, count(*) from jobs.jobs group by 1").fetchall()
+        retried = connection.execute("select attempt from jobs.jobs where attempt > 1").fetchall()
+    assert states == [("done", 41)]
+    assert retried == [(2,)]
+
+
+def test_the_demo_runs_on_an_embedded_postgres_without_a_database_url():
+    done = _durajobs("demo", "--jobs", "10")
+    assert done.returncode == 0, done.stderr
+    assert "embedded Postgres" in done.stdout
+    assert "claimed and acked 11 jobs" in done.stdout

@@ -1,0 +1,127 @@
+"""Installation: alembic revisions carry frozen SQL that must yield exactly sql/functions/."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import psycopg
+import pytest
+
+import durajobs
+from catalogue import read_catalogue
+from durajobs.errors import SchemaVersionMismatch
+from durajobs.migrations import functions_sql, package_sql_dir
+
+REPOSITORY = Path(__file__).resolve().parents[2]
+
+
+def _schema_exists(url: str) -> bool:
+    with psycopg.connect(url, autocommit=True) as connection:
+        row = connection.execute("select count(*) from pg_namespace where nspname = 'jobs'")
+        return row.fetchone() == (1,)
+
+
+def test_upgrading_from_empty_yields_exactly_sql_functions(make_empty_database):
+    migrated, direct = make_empty_database(), make_empty_database()
+    durajobs.migrate(migrated)
+    with psycopg.connect(direct, autocommit=True) as connection:
+        connection.execute(functions_sql().encode())
+
+    by_alembic, by_source = read_catalogue(migrated), read_catalogue(direct)
+
+    assert by_alembic["functions"], "the catalogue query read nothing"
+    for part in by_source:
+        assert by_alembic[part] == by_source[part], f"{part} differ from sql/functions/"
+
+
+def test_up_down_up_leaves_the_applications_own_alembic_history_alone(empty_database_url):
+    with psycopg.connect(empty_database_url, autocommit=True) as connection:
+        connection.execute("create table public.alembic_version (version_num text primary key)")
+        connection.execute("insert into public.alembic_version values ('app_0042')")
+
+    durajobs.migrate(empty_database_url)
+    assert _schema_exists(empty_database_url)
+    durajobs.downgrade(empty_database_url)
+    assert not _schema_exists(empty_database_url), "downgrade base must remove everything"
+    durajobs.migrate(empty_database_url)
+
+    with psycopg.connect(empty_database_url, autocommit=True) as connection:
+        assert connection.execute("select jobs.version()").fetchone() == (1,)
+        assert connection.execute("select version_num from jobs.alembic_version").fetchall() == [
+            ("0001",)
+        ]
+        assert connection.execute("select version_num from public.alembic_version").fetchall() == [
+            ("app_0042",)
+        ]
+
+
+def _as_url(conninfo: str) -> str:
+    """Spell a libpq conninfo as the URL alembic's command line wants."""
+    parts = psycopg.conninfo.conninfo_to_dict(conninfo)
+    credentials = str(parts.get("user", ""))
+    if parts.get("password"):
+        credentials += f":{parts['password']}"
+    host, port = str(parts.get("host", "localhost")), parts.get("port", 5432)
+    if host.startswith("/"):
+        return f"postgresql://{credentials}@/{parts['dbname']}?host={host}&port={port}"
+    return f"postgresql://{credentials}@{host}:{port}/{parts['dbname']}"
+
+
+def test_alembic_command_line_upgrades_and_downgrades(empty_database_url):
+    environment = {**os.environ, "DATABASE_URL": _as_url(empty_database_url)}
+    alembic = [sys.executable, "-m", "alembic"]
+
+    subprocess.run([*alembic, "upgrade", "head"], cwd=REPOSITORY, env=environment, check=True)
+    with psycopg.connect(empty_database_url, autocommit=True) as connection:
+        row = connection.execute(
+            "select * from jobs.enqueue(name => 'x', input => '{}', idempotency_key => 'k')"
+        ).fetchone()
+        assert row is not None
+        assert row[2] is False
+    subprocess.run([*alembic, "downgrade", "base"], cwd=REPOSITORY, env=environment, check=True)
+    assert not _schema_exists(empty_database_url)
+
+
+def test_the_package_refuses_a_database_without_the_schema(empty_database_url):
+    with pytest.raises(SchemaVersionMismatch, match="durajobs migrate") as raised:
+        durajobs.Client.connect(empty_database_url)
+    assert raised.value.detail["installed"] is None
+
+
+def test_the_package_refuses_a_schema_version_it_does_not_speak(database_url):
+    with psycopg.connect(database_url, autocommit=True) as connection:
+        connection.execute(
+            "create or replace function jobs.version() returns integer language sql as 'select 2'"
+        )
+    with pytest.raises(SchemaVersionMismatch, match="durajobs migrate") as raised:
+        durajobs.Client.connect(database_url)
+    assert raised.value.detail == {"expected": 1, "installed": 2}
+
+
+def test_every_revision_carries_its_own_frozen_sql():
+    versions = package_sql_dir() / "migrations" / "versions"
+    modules = sorted(versions.glob("[0-9][0-9][0-9][0-9]_*.py"))
+    assert modules
+    for module in modules:
+        revision = module.name[:4]
+        assert (versions / f"{revision}_upgrade.sql").is_file()
+        assert (versions / f"{revision}_downgrade.sql").is_file()
+        assert "sql/functions" not in module.read_text(), "a revision must not read live SQL"
+
+
+@pytest.mark.parametrize("pattern", [r"select\s+\*", r"returning\s+\*"])
+def test_no_production_sql_reads_whole_rows(pattern):
+    """A column added to a table must never change what a client receives (R94)."""
+    sources = [*(package_sql_dir() / "functions").glob("*.sql")]
+    sources += [*(package_sql_dir() / "migrations" / "versions").glob("*.sql")]
+    offenders = [
+        f"{path.name}: {line.strip()}"
+        for path in sources
+        for line in path.read_text().splitlines()
+        if re.search(pattern, line, re.IGNORECASE) and not line.strip().startswith("--")
+    ]
+    assert offenders == []
