@@ -8,10 +8,14 @@ from __future__ import annotations
 
 from durajobs import calls
 from durajobs.client import SCHEMA_VERSION, Client, check_schema, execute, execute_async
+from durajobs.declarations import Job, Registry, Settled
 from durajobs.errors import DurajobsError
+from durajobs.execution import JobContext, JobExecution, Outcome
 from durajobs.migrations import downgrade, migrate
 from durajobs.records import ClaimedJob, EnqueueResult, QueueStat, SettleResult, StepRecord
+from durajobs.retry import ErrorClass, RetryPolicy, register_error_class
 from durajobs.states import HeartbeatAnswer, JobState, NackTarget, StepStatus
+from durajobs.worker import Worker
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -19,17 +23,27 @@ __all__ = [
     "Client",
     "DurajobsError",
     "EnqueueResult",
+    "ErrorClass",
     "HeartbeatAnswer",
+    "Job",
+    "JobContext",
+    "JobExecution",
     "JobState",
     "NackTarget",
+    "Outcome",
     "QueueStat",
+    "Registry",
+    "RetryPolicy",
     "SettleResult",
+    "Settled",
     "StepRecord",
     "StepStatus",
+    "Worker",
     "calls",
     "check_schema",
     "downgrade",
     "execute",
     "execute_async",
     "migrate",
+    "register_error_class",
 ]

@@ -277,3 +277,21 @@ def cancel(id: UUID, *, reason: str | None = None) -> Call[bool]:
 def requeue(id: UUID, *, from_step: str | None = None) -> Call[bool]:
     arguments = {"id": id, "from_step": from_step}
     return _call("jobs.requeue", "", arguments, _scalar, scalar=True)
+
+
+WAKE_CHANNEL = "jobs_wake"
+
+
+def listen() -> str:
+    """The statement a wake listener runs on its own connection."""
+    return f"listen {WAKE_CHANNEL}"
+
+
+def wake_probe(token: str) -> Call[None]:
+    """Send `token` on the wake channel, to prove a listener hears it."""
+    return Call(
+        function="pg_notify",
+        sql=f"select pg_notify('{WAKE_CHANNEL}', %(token)s)",
+        params={"token": token},
+        decode=lambda rows: None,
+    )

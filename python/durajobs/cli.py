@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
+import importlib
 import json
 import os
 import sys
@@ -12,6 +14,7 @@ from datetime import datetime
 from typing import Any
 
 from durajobs.client import Client
+from durajobs.declarations import Registry
 from durajobs.errors import ArgumentInvalid, DurajobsError, JobInputInvalid
 from durajobs.migrations import HEAD, migrate
 
@@ -91,6 +94,38 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     return 0
 
 
+def _load_registry(spec: str) -> Registry:
+    module_name, _, attribute = spec.partition(":")
+    if not module_name or not attribute:
+        raise ArgumentInvalid(f"--app must be module:attribute, got {spec!r}")
+    sys.path.insert(0, os.getcwd())
+    module = importlib.import_module(module_name)
+    registry = getattr(module, attribute, None)
+    if not isinstance(registry, Registry):
+        raise ArgumentInvalid(f"{spec} is not a durajobs Registry")
+    return registry
+
+
+def _cmd_worker(args: argparse.Namespace) -> int:
+    from durajobs.logs import configure
+    from durajobs.worker import Worker
+
+    configure()
+    registry = _load_registry(args.app)
+    queues = [q for q in args.queues.split(",") if q] if args.queues else None
+    worker = Worker(
+        registry,
+        _database_url(args.database_url),
+        queues=queues,
+        concurrency=args.concurrency,
+        max_in_flight=args.max_in_flight,
+        visibility=args.visibility,
+        drain_deadline=args.drain_deadline,
+    )
+    asyncio.run(worker.run(install_signal_handlers=True))
+    return 0
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="durajobs", description="Durable jobs for Postgres.")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -116,6 +151,17 @@ def _parser() -> argparse.ArgumentParser:
     enqueue_command.add_argument("--max-attempts", type=int, help="default 20")
     enqueue_command.add_argument("--json", action="store_true", help="print the answer as JSON")
     enqueue_command.set_defaults(run=_cmd_enqueue)
+
+    worker_command = with_database(commands.add_parser("worker", help="run a worker"))
+    worker_command.add_argument("--app", required=True, help="module:registry to run")
+    worker_command.add_argument("--queues", help="comma-separated (default: the registry's)")
+    worker_command.add_argument("--concurrency", type=int, default=8, help="slots per queue (8)")
+    worker_command.add_argument("--max-in-flight", type=int, help="process cap (default: none)")
+    worker_command.add_argument("--visibility", type=float, default=30.0, help="lease seconds (30)")
+    worker_command.add_argument(
+        "--drain-deadline", type=float, default=25.0, help="SIGTERM budget in seconds (25)"
+    )
+    worker_command.set_defaults(run=_cmd_worker)
 
     demo_command = with_database(commands.add_parser("demo", help="run the demo"))
     demo_command.add_argument("--jobs", type=int, default=200, help="how many jobs (200)")

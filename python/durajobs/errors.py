@@ -175,3 +175,40 @@ def from_database_error(error: psycopg.Error) -> Exception:
     )
     translated.__cause__ = error
     return translated
+
+
+class JobTenantRequired(DurajobsError, ValueError):
+    code = "X_JOB_TENANT_REQUIRED"
+    fix = "declare tenant=lambda input: input.org_id, or tenant='none' for a job with no tenant"
+
+
+class StepOutputInvalid(DurajobsError):
+    code = "X_STEP_OUTPUT_INVALID"
+    fix = "return JSON-serialisable data from the step (dicts, lists, str, numbers, bools, None)"
+
+
+class Aborted(DurajobsError):
+    """The attempt was cancelled (deadline, drain, lease loss, operator cancel): stop writing."""
+
+    code = "X_ABORTED"
+    fix = "stop this attempt; durable writes after a cancel are refused"
+
+
+class JobTimeout(DurajobsError):
+    code = "X_JOB_TIMEOUT"
+    fix = "raise the job's timeout or step_timeout, or make the work honour ctx.cancelled"
+
+
+class Draining(DurajobsError):
+    code = "X_DRAINING"
+    fix = "nothing: the worker is shutting down and the job goes back to the queue uncounted"
+
+
+class JobMaxAttempts(DurajobsError):
+    code = "X_JOB_MAX_ATTEMPTS"
+    fix = "durajobs requeue <id> once the cause is fixed"
+
+
+class ConfigInvalid(DurajobsError, ValueError):
+    code = "X_CONFIG_INVALID"
+    fix = "pass a whole number of at least 1 (or leave the setting out for its default)"

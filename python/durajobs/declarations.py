@@ -1,0 +1,353 @@
+"""Job declarations: `Registry.job(...)` turns a handler into a `Job`, the handle users enqueue.
+
+Everything a declaration says is checked when it is declared: a missing idempotency key or
+tenant, a duplicate name or an impossible number fails at import time, not at 3 a.m.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any, Generic, Literal, Protocol, TypeVar
+from uuid import UUID
+
+import psycopg
+from pydantic import BaseModel, ValidationError
+
+from durajobs import calls
+from durajobs.client import Client, execute, execute_async
+from durajobs.durations import DeclarationInvalid, Duration, parse_duration
+from durajobs.errors import (
+    DriverUnavailable,
+    IdempotencyRequired,
+    JobDuplicate,
+    JobInputInvalid,
+    JobTenantRequired,
+)
+from durajobs.records import EnqueueResult
+from durajobs.retry import RetryPolicy
+
+I = TypeVar("I", bound=BaseModel)  # noqa: E741 - the input model, as in Job[I]
+T = TypeVar("T")
+
+DEFAULT_QUEUE = "default"
+NO_TENANT: Literal["none"] = "none"
+
+Handler = Callable[[Any], Any] | Callable[[Any], Awaitable[Any]]
+Using = psycopg.Connection[Any] | psycopg.AsyncConnection[Any] | Client | None
+
+
+class Actor(Protocol):
+    """Who enqueues: `id` is stamped as enqueued_by, `org_id` as the job's tenant."""
+
+    @property
+    def id(self) -> str: ...
+
+    @property
+    def org_id(self) -> str | None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Settled:
+    """What on_settled receives, once per ending, after the settle landed."""
+
+    job: str
+    job_id: UUID
+    run_id: UUID
+    outcome: str
+    attempt: int
+    error: str | None = None
+    code: str | None = None
+
+
+@dataclass(eq=False)
+class Job(Generic[I]):
+    """A declared job: its durable name, its rules, and its handler."""
+
+    name: str
+    queue: str
+    input_model: type[I]
+    idempotency_key: Callable[[I], str]
+    tenant: Callable[[I], str | None] | Literal["none"]
+    retry: RetryPolicy
+    timeout: timedelta | None
+    step_timeout: timedelta | None
+    on_settled: Callable[[Settled], Any] | None
+    handler: Handler
+    registry: Registry = field(repr=False)
+
+    @property
+    def is_async(self) -> bool:
+        return inspect.iscoroutinefunction(self.handler)
+
+    def parse(self, input: I | Mapping[str, Any]) -> I:
+        """Validate `input` against the input model; raise X_JOB_INPUT_INVALID naming the field."""
+        if isinstance(input, self.input_model):
+            return input
+        try:
+            return self.input_model.model_validate(input)
+        except ValidationError as invalid:
+            first = invalid.errors()[0]
+            where = ".".join(str(part) for part in first["loc"]) or "input"
+            raise JobInputInvalid(
+                f"job {self.name}: input field {where!r}: {first['msg']}",
+                detail={
+                    "job": self.name,
+                    "field": where,
+                    "errors": invalid.errors(include_url=False),
+                },
+            ) from None
+
+    def _enqueue_call(
+        self,
+        input: I | Mapping[str, Any],
+        *,
+        delay: Duration | None,
+        run_at: datetime | None,
+        queue: str | None,
+        run_id: UUID | None,
+        on_conflict: Literal["dedupe", "error"],
+        priority: int | None,
+        tenant_id: str | None = None,
+        enqueued_by: str | None = None,
+        stamp_tenant: bool = True,
+    ) -> calls.Call[EnqueueResult]:
+        model = self.parse(input)
+        key = self.idempotency_key(model)
+        if not isinstance(key, str) or not key.strip():
+            raise IdempotencyRequired(
+                f"job {self.name}: idempotency_key answered {key!r}; it must be a non-empty string",
+                detail={"job": self.name},
+            )
+        if stamp_tenant:
+            tenant_id = None if self.tenant == NO_TENANT else self.tenant(model)
+        if delay is not None and run_at is not None:
+            raise DeclarationInvalid("pass delay or run_at, not both", detail={"job": self.name})
+        if delay is not None:
+            run_at = datetime.now(UTC) + parse_duration(delay, field="delay")
+        return calls.enqueue(
+            self.name,
+            model.model_dump(mode="json"),
+            key,
+            queue=queue or self.queue,
+            tenant_id=tenant_id,
+            run_at=run_at,
+            max_attempts=self.retry.attempts,
+            priority=priority,
+            run_id=run_id,
+            on_conflict=on_conflict,
+            enqueued_by=enqueued_by,
+        )
+
+    def enqueue(
+        self,
+        input: I | Mapping[str, Any],
+        *,
+        using: Using = None,
+        delay: Duration | None = None,
+        run_at: datetime | None = None,
+        queue: str | None = None,
+        run_id: UUID | None = None,
+        on_conflict: Literal["dedupe", "error"] = "dedupe",
+        priority: int | None = None,
+    ) -> EnqueueResult:
+        """Put one run of this job on the queue; never runs the handler here.
+
+        Runs on `using` (a psycopg connection joins its transaction) or the registry's database.
+        Answers (id, run_id, deduped). Raises X_JOB_INPUT_INVALID and the SQL errors.
+        """
+        call = self._enqueue_call(
+            input,
+            delay=delay,
+            run_at=run_at,
+            queue=queue,
+            run_id=run_id,
+            on_conflict=on_conflict,
+            priority=priority,
+        )
+        return self.registry.run(call, using)
+
+    async def enqueue_async(
+        self,
+        input: I | Mapping[str, Any],
+        *,
+        using: psycopg.AsyncConnection[Any] | None = None,
+        delay: Duration | None = None,
+        run_at: datetime | None = None,
+        queue: str | None = None,
+        run_id: UUID | None = None,
+        on_conflict: Literal["dedupe", "error"] = "dedupe",
+        priority: int | None = None,
+    ) -> EnqueueResult:
+        """Async form of `enqueue`."""
+        call = self._enqueue_call(
+            input,
+            delay=delay,
+            run_at=run_at,
+            queue=queue,
+            run_id=run_id,
+            on_conflict=on_conflict,
+            priority=priority,
+        )
+        return await self.registry.run_async(call, using)
+
+    def as_(
+        self, actor: Actor, input: I | Mapping[str, Any], *, using: Using = None, **options: Any
+    ) -> EnqueueResult:
+        """Enqueue on behalf of `actor`: its org is the tenant, its id the enqueued_by."""
+        call = self._enqueue_call(
+            input,
+            delay=options.get("delay"),
+            run_at=options.get("run_at"),
+            queue=options.get("queue"),
+            run_id=options.get("run_id"),
+            on_conflict=options.get("on_conflict", "dedupe"),
+            priority=options.get("priority"),
+            tenant_id=actor.org_id,
+            enqueued_by=actor.id,
+            stamp_tenant=False,
+        )
+        return self.registry.run(call, using)
+
+    def describe(self) -> dict[str, Any]:
+        """A plain description for dashboards and manifests; never the key itself."""
+        return {
+            "name": self.name,
+            "queue": self.queue,
+            "input": self.input_model.model_json_schema(),
+            "idempotent": True,
+            "tenant": "none" if self.tenant == NO_TENANT else "from input",
+            "retry": {
+                "attempts": self.retry.attempts,
+                "backoff": self.retry.backoff,
+                "delay_seconds": self.retry.delay.total_seconds(),
+                "max_delay_seconds": self.retry.max_delay.total_seconds(),
+                "jitter": self.retry.jitter,
+                "dead_letter": self.retry.dead_letter,
+                "schedule_seconds": [d.total_seconds() for d in self.retry.schedule()],
+            },
+            "timeout_seconds": None if self.timeout is None else self.timeout.total_seconds(),
+            "step_timeout_seconds": (
+                None if self.step_timeout is None else self.step_timeout.total_seconds()
+            ),
+            "async": self.is_async,
+        }
+
+
+class Registry:
+    """The jobs one application declares; the worker reads it (`--app module:registry`)."""
+
+    def __init__(self, database_url: str | None = None) -> None:
+        self._jobs: dict[str, Job[Any]] = {}
+        self.database_url = database_url
+
+    def job(
+        self,
+        *,
+        name: str,
+        input: type[I],
+        idempotency_key: Callable[[I], str] | None = None,
+        tenant: Callable[[I], str | None] | Literal["none"] | None = None,
+        queue: str = DEFAULT_QUEUE,
+        retry: RetryPolicy | None = None,
+        timeout: Duration | None = None,
+        step_timeout: Duration | None = None,
+        on_settled: Callable[[Settled], Any] | None = None,
+    ) -> Callable[[Handler], Job[I]]:
+        """Declare a job; use as a decorator on its handler, `def run(ctx)` or `async def`."""
+        if not isinstance(name, str) or not name.strip():
+            raise DeclarationInvalid(
+                "a job needs an explicit, non-empty name", detail={"field": "name"}
+            )
+        if name in self._jobs:
+            raise JobDuplicate(f"a job named {name!r} is already declared", detail={"job": name})
+        if not (isinstance(input, type) and issubclass(input, BaseModel)):
+            raise DeclarationInvalid(
+                f"job {name}: input must be a pydantic model class", detail={"field": "input"}
+            )
+        if idempotency_key is None or not callable(idempotency_key):
+            raise IdempotencyRequired(
+                f"job {name} declares no idempotency_key; every enqueue needs one",
+                detail={"job": name},
+            )
+        if tenant is None or (tenant != NO_TENANT and not callable(tenant)):
+            raise JobTenantRequired(
+                f"job {name} declares no tenant: a function of the input, or 'none'",
+                detail={"job": name},
+            )
+        if not isinstance(queue, str) or not queue.strip():
+            raise DeclarationInvalid(
+                f"job {name}: queue must be a non-empty name", detail={"field": "queue"}
+            )
+
+        def declare(handler: Handler) -> Job[I]:
+            if name in self._jobs:
+                raise JobDuplicate(
+                    f"a job named {name!r} is already declared", detail={"job": name}
+                )
+            declared: Job[I] = Job(
+                name=name,
+                queue=queue,
+                input_model=input,
+                idempotency_key=idempotency_key,
+                tenant=tenant,
+                retry=retry or RetryPolicy(),
+                timeout=None if timeout is None else parse_duration(timeout, field="timeout"),
+                step_timeout=(
+                    None
+                    if step_timeout is None
+                    else parse_duration(step_timeout, field="step_timeout")
+                ),
+                on_settled=on_settled,
+                handler=handler,
+                registry=self,
+            )
+            self._jobs[name] = declared
+            return declared
+
+        return declare
+
+    def get(self, name: str) -> Job[Any] | None:
+        return self._jobs.get(name)
+
+    def names(self) -> list[str]:
+        """Every declared name, in code-point order (never locale collation)."""
+        return sorted(self._jobs)
+
+    def queues(self) -> list[str]:
+        return sorted({job.queue for job in self._jobs.values()})
+
+    def jobs(self) -> list[Job[Any]]:
+        return [self._jobs[name] for name in self.names()]
+
+    def _url(self) -> str:
+        if not self.database_url:
+            raise DriverUnavailable(
+                "no database to enqueue into: pass using=<connection> or "
+                "Registry(database_url=...)",
+                detail={},
+            )
+        return self.database_url
+
+    def run(self, call: calls.Call[T], using: Using = None) -> T:
+        """Run `call` on `using`, or on a short autocommit connection to the registry's database."""
+        if isinstance(using, Client):
+            return using.run(call)
+        if isinstance(using, psycopg.Connection):
+            return execute(using, call)
+        if isinstance(using, psycopg.AsyncConnection):
+            raise DeclarationInvalid("an async connection needs enqueue_async", detail={})
+        with psycopg.connect(self._url(), autocommit=True) as connection:
+            return execute(connection, call)
+
+    async def run_async(
+        self, call: calls.Call[T], using: psycopg.AsyncConnection[Any] | None = None
+    ) -> T:
+        if using is not None:
+            return await execute_async(using, call)
+        async with await psycopg.AsyncConnection.connect(
+            self._url(), autocommit=True
+        ) as connection:
+            return await execute_async(connection, call)

@@ -1,0 +1,531 @@
+"""Execute one claimed attempt: run the body, then settle the row with one decision.
+
+The verdict is read in this order: the signal's reason (a drain interrupts, a lost lease or a
+cancel leaves the row alone, a deadline fails the attempt), then how the body ended (returned,
+suspended by a step, raised). Settling is not part of the retry decision: a settle that fails is
+logged and the lease brings the job back; it is never mistaken for a job failure.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import traceback
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from enum import StrEnum
+from typing import Any, Generic, Protocol, TypeVar
+from uuid import UUID
+
+from pydantic import BaseModel
+
+from durajobs import calls
+from durajobs.declarations import Job, Registry, Settled
+from durajobs.errors import (
+    Aborted,
+    Draining,
+    DurajobsError,
+    JobCancelled,
+    JobLeaseLost,
+    JobRowStatusUnknown,
+    JobTimeout,
+)
+from durajobs.records import ClaimedJob, StepRecord
+from durajobs.retry import ErrorClass, classify
+from durajobs.signals import CancelSignal
+from durajobs.states import NackTarget, StepStatus
+from durajobs.steps import AsyncSteps, StepSuspension, SyncSteps, new_book
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+I = TypeVar("I", bound=BaseModel)  # noqa: E741
+
+UNKNOWN_JOB_PARK = timedelta(seconds=30)
+ON_SETTLED_TRIES = 3
+UNWIND_GRACE_SECONDS = 0.5
+
+
+class Outcome(StrEnum):
+    COMPLETED = "completed"
+    SUSPENDED = "suspended"
+    RETRIED = "retried"
+    DEAD_LETTERED = "dead-lettered"
+    DROPPED = "dropped"
+    INTERRUPTED = "interrupted"
+    PARKED = "parked"  # a job this deploy cannot run, handed on uncounted
+    CANCELLED = "cancelled"  # an operator cancelled the row: nothing to settle
+    LEASE_LOST = "lease-lost"  # another claim owns the row: nothing to settle
+    UNOWNED = "unowned"  # the settle matched nothing
+
+
+class Database(Protocol):
+    async def run(self, call: calls.Call[T]) -> T: ...
+
+
+class Lease(Protocol):
+    def stop(self) -> None:
+        """Stop renewing: called right before the settle is sent."""
+
+
+@dataclass
+class JobContext(Generic[I]):
+    """What a handler receives."""
+
+    input: I
+    job: str
+    job_id: UUID
+    run_id: UUID
+    queue: str
+    attempt: int
+    max_attempts: int
+    tenant_id: str | None
+    enqueued_by: str | None
+    step: AsyncSteps | SyncSteps
+    signal: CancelSignal
+
+    @property
+    def final_attempt(self) -> bool:
+        return self.attempt >= self.max_attempts
+
+    @property
+    def cancelled(self) -> bool:
+        """True once the attempt is cancelled: stop and return or raise."""
+        return self.signal.is_set
+
+
+@dataclass
+class JobExecution:
+    """What one attempt produced."""
+
+    outcome: Outcome
+    job_id: UUID
+    name: str
+    attempt: int
+    duration: timedelta
+    resume_at: datetime | None = None
+    error: str | None = None
+    code: str | None = None
+    stop_reason: str | None = None
+    steps: list[str] = field(default_factory=list)
+    replayed: list[str] = field(default_factory=list)
+    result: Any = None
+
+
+class _Writer:
+    """The step writer for one attempt: fenced in process (the signal) and in SQL (the claim)."""
+
+    def __init__(
+        self, db: Database, claimed: ClaimedJob, worker_id: str, signal: CancelSignal
+    ) -> None:
+        self._db, self._claimed, self._worker_id, self._signal = db, claimed, worker_id, signal
+
+    async def record_step(
+        self, name: str, status: StepStatus, *, output: Any = None, wake_at: datetime | None = None
+    ) -> StepRecord:
+        self._signal.raise_if_set()
+        return await self._db.run(
+            calls.record_step(
+                self._claimed.id,
+                self._worker_id,
+                self._claimed.claim,
+                name,
+                status,
+                output=output,
+                wake_at=wake_at,
+            )
+        )
+
+
+def _error_text(error: BaseException) -> str:
+    return str(error) if isinstance(error, DurajobsError) else f"{type(error).__name__}: {error}"
+
+
+def _retry_after(error: BaseException) -> timedelta | None:
+    stated = getattr(error, "retry_after", None)
+    if isinstance(stated, timedelta):
+        return stated
+    if isinstance(stated, int | float) and stated >= 0:
+        return timedelta(seconds=stated)
+    return None
+
+
+async def execute(
+    claimed: ClaimedJob,
+    registry: Registry,
+    *,
+    db: Database,
+    worker_id: str,
+    signal: CancelSignal,
+    lease: Lease,
+    on_abandoned: Callable[[JobExecution], None] | None = None,
+) -> JobExecution:
+    """Run one claimed attempt and settle it; never raises for anything the job did."""
+    started = time.monotonic()
+    job = registry.get(claimed.name)
+
+    def finish(outcome: Outcome, **fields: Any) -> JobExecution:
+        return JobExecution(
+            outcome=outcome,
+            job_id=claimed.id,
+            name=claimed.name,
+            attempt=claimed.attempt,
+            duration=timedelta(seconds=time.monotonic() - started),
+            **fields,
+        )
+
+    if job is None:
+        park_reason = f'no job registered as "{claimed.name}"'
+        await _settle(
+            db,
+            lease,
+            calls.nack(
+                claimed.id,
+                worker_id,
+                claimed.claim,
+                next_state=NackTarget.SUSPENDED,
+                delay=UNKNOWN_JOB_PARK,
+                counts_as_attempt=False,
+                error=park_reason,
+            ),
+            claimed,
+        )
+        log.warning("jobs.worker.unknown-job", extra={"job": claimed.name, "id": str(claimed.id)})
+        return finish(Outcome.PARKED, error=park_reason)
+
+    try:
+        records = {r.name: r for r in await db.run(calls.steps(claimed.run_id))}
+    except JobRowStatusUnknown as unknown:
+        # written by a newer deploy: hand the run on, uncounted, rather than re-run a step
+        await _settle(
+            db,
+            lease,
+            calls.nack(
+                claimed.id,
+                worker_id,
+                claimed.claim,
+                next_state=NackTarget.SUSPENDED,
+                delay=UNKNOWN_JOB_PARK,
+                counts_as_attempt=False,
+                error=str(unknown),
+                error_code=unknown.code,
+            ),
+            claimed,
+        )
+        log.error("jobs.step.status-unknown", extra={"job": claimed.name, "detail": unknown.detail})
+        return finish(Outcome.PARKED, error=str(unknown), code=unknown.code)
+
+    book = new_book(records, _Writer(db, claimed, worker_id, signal), signal, job.step_timeout)
+    deadline: asyncio.TimerHandle | None = None
+    if job.timeout is not None:
+        limit = job.timeout
+        deadline = asyncio.get_running_loop().call_later(
+            limit.total_seconds(),
+            lambda: signal.cancel(
+                JobTimeout(f"job {claimed.name} ran past its timeout of {limit}")
+            ),
+        )
+
+    result: Any = None
+    error: BaseException | None = None
+    suspension: StepSuspension | None = None
+    try:
+        model = job.parse(claimed.input)
+        loop = asyncio.get_running_loop()
+        steps: AsyncSteps | SyncSteps = AsyncSteps(book) if job.is_async else SyncSteps(book, loop)
+        context: JobContext[Any] = JobContext(
+            input=model,
+            job=claimed.name,
+            job_id=claimed.id,
+            run_id=claimed.run_id,
+            queue=claimed.queue,
+            attempt=claimed.attempt,
+            max_attempts=claimed.max_attempts,
+            tenant_id=claimed.tenant_id,
+            enqueued_by=claimed.enqueued_by,
+            step=steps,
+            signal=signal,
+        )
+        result = await _run_body(
+            job, context, signal, on_late=lambda: _late(claimed, finish, on_abandoned)
+        )
+    except StepSuspension as parked:
+        suspension = parked
+    except Exception as failure:
+        error = failure
+    finally:
+        if deadline is not None:
+            deadline.cancel()
+
+    execution_fields: dict[str, Any] = {"steps": book.ran, "replayed": book.replayed}
+    reason = signal.reason
+    if isinstance(reason, Draining):
+        landed = await _settle(
+            db,
+            lease,
+            calls.nack(
+                claimed.id,
+                worker_id,
+                claimed.claim,
+                next_state=NackTarget.READY,
+                counts_as_attempt=False,
+            ),
+            claimed,
+        )
+        log.info("jobs.attempt.interrupted", extra={"job": claimed.name, "id": str(claimed.id)})
+        return finish(Outcome.INTERRUPTED if landed else Outcome.UNOWNED, **execution_fields)
+    if isinstance(reason, JobCancelled):
+        lease.stop()
+        log.info("jobs.attempt.cancelled", extra={"job": claimed.name, "id": str(claimed.id)})
+        return finish(Outcome.CANCELLED, **execution_fields)
+    if isinstance(reason, JobLeaseLost):
+        lease.stop()
+        return finish(Outcome.LEASE_LOST, error=str(reason), code=reason.code, **execution_fields)
+    if isinstance(reason, JobTimeout):
+        error = reason  # the deadline fails the attempt, whatever the body said on its way out
+    elif isinstance(error, Aborted) and reason is not None:
+        error = reason
+
+    if suspension is not None and error is None:
+        delay = max(suspension.wake_at - datetime.now(UTC), timedelta(0))
+        landed = await _settle(
+            db,
+            lease,
+            calls.nack(
+                claimed.id,
+                worker_id,
+                claimed.claim,
+                next_state=NackTarget.SUSPENDED,
+                delay=delay,
+                counts_as_attempt=False,
+            ),
+            claimed,
+        )
+        return finish(
+            Outcome.SUSPENDED if landed else Outcome.UNOWNED,
+            resume_at=suspension.wake_at,
+            **execution_fields,
+        )
+
+    if error is None:
+        landed = await _settle(db, lease, calls.ack(claimed.id, worker_id, claimed.claim), claimed)
+        execution = finish(
+            Outcome.COMPLETED if landed else Outcome.UNOWNED, result=result, **execution_fields
+        )
+        if landed:
+            await _on_settled(job, claimed, execution)
+        return execution
+
+    return await _fail(
+        job,
+        claimed,
+        error,
+        db=db,
+        lease=lease,
+        worker_id=worker_id,
+        finish=finish,
+        fields=execution_fields,
+    )
+
+
+async def _run_body(
+    job: Job[Any],
+    context: JobContext[Any],
+    signal: CancelSignal,
+    on_late: Callable[[], None],
+) -> Any:
+    """Run the handler until it ends or the signal is set.
+
+    After a drain the body is waited for (the worker's drain deadline bounds it): settling it
+    first would let another worker run a second copy. After a deadline, a lost lease or a
+    cancel, it gets a short grace to unwind, then the attempt ends without it; durable writes
+    it makes later are refused by the signal and the claim fence.
+    """
+    loop = asyncio.get_running_loop()
+    if job.is_async:
+        task = asyncio.ensure_future(job.handler(context))
+        signal.on_cancel(lambda _reason: loop.call_soon_threadsafe(task.cancel))
+    else:
+        task = asyncio.ensure_future(asyncio.to_thread(job.handler, context))
+    stopped: asyncio.Future[None] = loop.create_future()
+    signal.on_cancel(lambda _reason: loop.call_soon_threadsafe(_resolve, stopped))
+    await asyncio.wait({task, stopped}, return_when=asyncio.FIRST_COMPLETED)
+    if not task.done():
+        grace = None if isinstance(signal.reason, Draining) else UNWIND_GRACE_SECONDS
+        await asyncio.wait({task}, timeout=grace)
+    if not task.done():
+        task.add_done_callback(lambda _task: on_late())
+        raise Aborted("the attempt was cancelled and its body has not stopped", detail={})
+    try:
+        return task.result()
+    except asyncio.CancelledError:
+        raise Aborted("the attempt was cancelled", detail={}) from None
+
+
+def _resolve(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
+
+
+def _late(
+    claimed: ClaimedJob,
+    finish: Callable[..., JobExecution],
+    on_abandoned: Callable[[JobExecution], None] | None,
+) -> None:
+    log.warning(
+        "jobs.timeout.abandoned",
+        extra={"job": claimed.name, "id": str(claimed.id), "attempt": claimed.attempt},
+    )
+    if on_abandoned is not None:
+        on_abandoned(finish(Outcome.UNOWNED, error="the body finished after its attempt ended"))
+
+
+async def _fail(
+    job: Job[Any],
+    claimed: ClaimedJob,
+    error: BaseException,
+    *,
+    db: Database,
+    lease: Lease,
+    worker_id: str,
+    finish: Callable[..., JobExecution],
+    fields: dict[str, Any],
+) -> JobExecution:
+    code = getattr(error, "code", None)
+    code = code if isinstance(code, str) else None
+    error_class = classify(code)
+    text = _error_text(error)
+    stack = "".join(traceback.format_exception(error))
+    if error_class is ErrorClass.TERMINAL or claimed.attempt >= claimed.max_attempts:
+        stop = "terminal" if error_class is ErrorClass.TERMINAL else "attempts-exhausted"
+        dead_letter = job.retry.dead_letter
+        verdict = (
+            f"terminal code {code}"
+            if stop == "terminal"
+            else f"X_JOB_MAX_ATTEMPTS: {claimed.attempt} of {claimed.max_attempts} attempts spent"
+        )
+        landed = await _settle(
+            db,
+            lease,
+            calls.nack(
+                claimed.id,
+                worker_id,
+                claimed.claim,
+                next_state=NackTarget.DEAD if dead_letter else NackTarget.FAILED,
+                error=f"{text} [{'dead-lettered' if dead_letter else 'dropped'}: {verdict}]",
+                error_code=code,
+                error_stack=stack,
+            ),
+            claimed,
+        )
+        outcome = Outcome.DEAD_LETTERED if dead_letter else Outcome.DROPPED
+        log.error(
+            "jobs.attempt.failed",
+            extra={
+                "job": claimed.name,
+                "id": str(claimed.id),
+                "attempt": claimed.attempt,
+                "code": code,
+                "stop": stop,
+                "error": text,
+            },
+        )
+        execution = finish(
+            outcome if landed else Outcome.UNOWNED,
+            error=text,
+            code=code,
+            stop_reason=stop,
+            **fields,
+        )
+        if landed:
+            await _on_settled(job, claimed, execution)
+        return execution
+
+    stated = _retry_after(error) if error_class is ErrorClass.RETRY_AFTER else None
+    delay = job.retry.delay_after(claimed.attempt, retry_after=stated)
+    landed = await _settle(
+        db,
+        lease,
+        calls.nack(
+            claimed.id,
+            worker_id,
+            claimed.claim,
+            next_state=NackTarget.READY,
+            delay=delay,
+            error=text,
+            error_code=code,
+            error_stack=stack,
+        ),
+        claimed,
+    )
+    log.warning(
+        "jobs.attempt.failed",
+        extra={
+            "job": claimed.name,
+            "id": str(claimed.id),
+            "attempt": claimed.attempt,
+            "code": code,
+            "retry_in": delay.total_seconds(),
+            "error": text,
+        },
+    )
+    return finish(
+        Outcome.RETRIED if landed else Outcome.UNOWNED,
+        error=text,
+        code=code,
+        resume_at=datetime.now(UTC) + delay,
+        **fields,
+    )
+
+
+async def _settle(db: Database, lease: Lease, call: calls.Call[bool], claimed: ClaimedJob) -> bool:
+    """Send the one settle of this attempt; a miss or a failure is logged, never raised."""
+    lease.stop()
+    try:
+        landed = await db.run(call)
+    except Exception as failure:
+        log.error(
+            "jobs.settle.failed",
+            extra={
+                "job": claimed.name,
+                "id": str(claimed.id),
+                "error": _error_text(failure),
+            },
+        )
+        return False
+    if landed is False:
+        log.warning("jobs.settle.unowned", extra={"job": claimed.name, "id": str(claimed.id)})
+    return bool(landed)
+
+
+async def _on_settled(job: Job[Any], claimed: ClaimedJob, execution: JobExecution) -> None:
+    """Call the job's on_settled once for this ending, up to 3 tries; it never changes the row."""
+    if job.on_settled is None:
+        return
+    settled = Settled(
+        job=job.name,
+        job_id=claimed.id,
+        run_id=claimed.run_id,
+        outcome=str(execution.outcome),
+        attempt=claimed.attempt,
+        error=execution.error,
+        code=execution.code,
+    )
+    for attempt in range(1, ON_SETTLED_TRIES + 1):
+        try:
+            answer = job.on_settled(settled)
+            if isinstance(answer, Awaitable):
+                await answer
+            return
+        except Exception as failure:
+            log.error(
+                "jobs.on-settled.failed",
+                extra={
+                    "job": job.name,
+                    "id": str(claimed.id),
+                    "try": attempt,
+                    "error": _error_text(failure),
+                },
+            )

@@ -1,0 +1,143 @@
+"""Keep an attempt's lease: renew it every third of the visibility timeout, and tell the body
+when the row is no longer ours.
+
+Expiry is judged on this process's clock from the last renewal that LANDED, checked before each
+call, so a hung call is caught too. A cancelled row is `jobs.lease.cancelled` (info, not a loss).
+Once stopped (the settle is being sent) nothing is reported: a renewal racing the ack is not a
+loss (the stopped flag is re-read after every await).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from datetime import timedelta
+
+from durajobs import calls
+from durajobs.errors import JobCancelled, JobLeaseLost
+from durajobs.execution import Database
+from durajobs.records import ClaimedJob
+from durajobs.signals import CancelSignal
+from durajobs.states import HeartbeatAnswer
+
+log = logging.getLogger(__name__)
+
+
+class LeaseKeeper:
+    """Renews one attempt's lease until `stop()`; cancels the attempt's signal on loss."""
+
+    def __init__(
+        self,
+        db: Database,
+        claimed: ClaimedJob,
+        worker_id: str,
+        signal: CancelSignal,
+        *,
+        visibility: timedelta,
+        on_lost: Callable[[ClaimedJob], None] | None = None,
+    ) -> None:
+        self._db = db
+        self._claimed = claimed
+        self._worker_id = worker_id
+        self._signal = signal
+        self._visibility = visibility.total_seconds()
+        self._interval = self._visibility / 3
+        self._on_lost = on_lost
+        self._stopped = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._keep())
+
+    def stop(self) -> None:
+        self._stopped.set()
+
+    async def join(self) -> None:
+        self.stop()
+        if self._task is not None:
+            await asyncio.gather(self._task, return_exceptions=True)
+
+    def _lost(self, reason: str) -> None:
+        if self._stopped.is_set():
+            return
+        self._stopped.set()
+        log.error(
+            "jobs.lease.lost",
+            extra={
+                "job": self._claimed.name,
+                "id": str(self._claimed.id),
+                "reason": reason,
+            },
+        )
+        self._signal.cancel(
+            JobLeaseLost(
+                f"job {self._claimed.id} lease lost ({reason})",
+                detail={"id": str(self._claimed.id), "reason": reason},
+            )
+        )
+        if self._on_lost is not None:
+            self._on_lost(self._claimed)
+
+    async def _keep(self) -> None:
+        last_landed = time.monotonic()
+        while not self._stopped.is_set():
+            try:
+                await asyncio.wait_for(self._stopped.wait(), timeout=self._interval)
+                return
+            except TimeoutError:
+                pass
+            remaining = self._visibility - (time.monotonic() - last_landed)
+            if remaining <= 0:
+                self._lost("expired")
+                return
+            try:
+                answer = await asyncio.wait_for(
+                    self._db.run(
+                        calls.heartbeat(
+                            self._claimed.id,
+                            self._worker_id,
+                            self._claimed.claim,
+                            visibility=timedelta(seconds=self._visibility),
+                        )
+                    ),
+                    timeout=remaining,
+                )
+            except TimeoutError:
+                self._lost("expired")
+                return
+            except Exception as failure:
+                if not self._stopped.is_set():
+                    log.warning(
+                        "jobs.heartbeat.failed",
+                        extra={
+                            "job": self._claimed.name,
+                            "id": str(self._claimed.id),
+                            "error": str(failure),
+                        },
+                    )
+                continue
+            if self._stopped.is_set():
+                return  # the settle went out while we asked: not a loss
+            if answer is HeartbeatAnswer.OK:
+                last_landed = time.monotonic()
+            elif answer is HeartbeatAnswer.CANCELLED:
+                self._stopped.set()
+                log.info(
+                    "jobs.lease.cancelled",
+                    extra={
+                        "job": self._claimed.name,
+                        "id": str(self._claimed.id),
+                    },
+                )
+                self._signal.cancel(
+                    JobCancelled(
+                        f"job {self._claimed.id} was cancelled",
+                        detail={"id": str(self._claimed.id)},
+                    )
+                )
+                return
+            else:
+                self._lost("not-ours")
+                return

@@ -1,0 +1,59 @@
+"""The cancellation an attempt carries: set once, with the error that says why.
+
+The deadline, the drain, a lost lease and an operator's cancel all set the same signal; the
+verdict on the attempt is read off the signal's reason, never off whatever the body raised.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+
+from durajobs.errors import Aborted, DurajobsError
+
+
+class CancelSignal:
+    """A one-shot, thread-safe cancellation with a reason."""
+
+    def __init__(self) -> None:
+        self._event = threading.Event()
+        self._lock = threading.Lock()
+        self._callbacks: list[Callable[[DurajobsError], object]] = []
+        self.reason: DurajobsError | None = None
+
+    def cancel(self, reason: DurajobsError) -> bool:
+        """Set the signal; the first reason wins. Answers whether this call set it."""
+        with self._lock:
+            if self.reason is not None:
+                return False
+            self.reason = reason
+            callbacks = list(self._callbacks)
+        self._event.set()
+        for callback in callbacks:
+            callback(reason)
+        return True
+
+    def on_cancel(self, callback: Callable[[DurajobsError], object]) -> None:
+        """Call `callback(reason)` when the signal is set (at once if it already is)."""
+        with self._lock:
+            if self.reason is None:
+                self._callbacks.append(callback)
+                return
+            reason = self.reason
+        callback(reason)
+
+    @property
+    def is_set(self) -> bool:
+        return self._event.is_set()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block a thread until the signal is set or `timeout` seconds pass."""
+        return self._event.wait(timeout)
+
+    def raise_if_set(self) -> None:
+        """Raise X_ABORTED (carrying the reason) if the signal is set."""
+        if self.reason is not None:
+            raise Aborted(
+                f"the attempt was cancelled: {self.reason}",
+                detail={"reason": self.reason.code},
+            ) from self.reason

@@ -1,0 +1,271 @@
+"""Durable steps: a step's result is stored before the run goes on, and replayed from storage.
+
+`step.run(name, fn)` runs `fn` once ever per run; `step.sleep(...)` parks the run until a wake
+time without holding a process. Async handlers get `AsyncSteps`; plain `def` handlers, which run
+in a thread, get `SyncSteps`, whose writes cross to the worker's event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import json
+import threading
+from collections.abc import Awaitable, Callable, Coroutine
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any, Protocol, TypeVar
+
+from durajobs.durations import Duration, parse_duration
+from durajobs.errors import Aborted, JobTimeout, StepDuplicate, StepOutputInvalid
+from durajobs.records import StepRecord
+from durajobs.signals import CancelSignal
+from durajobs.states import StepStatus
+
+T = TypeVar("T")
+
+
+class StepSuspension(BaseException):
+    """Raised by step.sleep to park the run; a BaseException so `except Exception` lets it by."""
+
+    def __init__(self, wake_at: datetime, step: str) -> None:
+        super().__init__(f"run suspended by step {step!r} until {wake_at.isoformat()}")
+        self.wake_at = wake_at
+        self.step = step
+
+
+class StepWriter(Protocol):
+    """Stores a step's outcome for the attempt, fenced on its claim."""
+
+    async def record_step(
+        self, name: str, status: StepStatus, *, output: Any = None, wake_at: datetime | None = None
+    ) -> StepRecord: ...
+
+
+@dataclass
+class _Replay:
+    output: Any
+
+
+class _StepBook:
+    """What both step APIs share: the stored records, the names used, the write fence."""
+
+    def __init__(
+        self,
+        records: dict[str, StepRecord],
+        writer: StepWriter,
+        signal: CancelSignal,
+        step_timeout: timedelta | None,
+    ) -> None:
+        self.records = records
+        self.writer = writer
+        self.signal = signal
+        self.step_timeout = step_timeout
+        self.used: set[str] = set()
+        self.ran: list[str] = []
+        self.replayed: list[str] = []
+        self._sleeps = 0
+
+    def begin(self, name: str) -> _Replay | None:
+        if not isinstance(name, str) or not name:
+            raise StepDuplicate("a step needs a non-empty name", detail={"step": name})
+        if name in self.used:
+            raise StepDuplicate(
+                f"step {name!r} is used twice in one run; each step needs its own name",
+                detail={"step": name},
+            )
+        self.used.add(name)
+        stored = self.records.get(name)
+        if stored is not None and stored.status is StepStatus.COMPLETED:
+            self.replayed.append(name)
+            return _Replay(stored.output)
+        return None
+
+    def check_output(self, name: str, output: Any) -> None:
+        try:
+            json.dumps(output, allow_nan=False)
+        except (TypeError, ValueError) as invalid:
+            raise StepOutputInvalid(
+                f"step {name!r} returned {type(output).__name__}, which is not JSON: {invalid}",
+                detail={"step": name, "type": type(output).__name__},
+            ) from None
+
+    def sleep_name(
+        self, name_or_duration: str | Duration, duration: Duration | None
+    ) -> tuple[str, timedelta]:
+        if duration is None:
+            # the name derives from the duration and the order of sleeps in the run
+            self._sleeps += 1
+            return f"sleep:{name_or_duration}#{self._sleeps}", parse_duration(
+                name_or_duration, field="step.sleep duration"
+            )
+        return str(name_or_duration), parse_duration(duration, field="step.sleep duration")
+
+    def step_signal(self) -> tuple[CancelSignal, threading.Timer | None]:
+        """A signal for one step: set when the run's is, or when step_timeout passes."""
+        signal = CancelSignal()
+        self.signal.on_cancel(signal.cancel)
+        timer = None
+        if self.step_timeout is not None:
+            limit = self.step_timeout
+            timer = threading.Timer(
+                limit.total_seconds(),
+                lambda: signal.cancel(JobTimeout(f"a step ran past its step_timeout of {limit}")),
+            )
+            timer.daemon = True
+            timer.start()
+        return signal, timer
+
+    def timed_out(self, name: str, signal: CancelSignal) -> JobTimeout | None:
+        if isinstance(signal.reason, JobTimeout) and not self.signal.is_set:
+            return JobTimeout(
+                f"step {name!r} ran past its step_timeout of {self.step_timeout}",
+                detail={"step": name},
+            )
+        return None
+
+
+def _takes_signal(fn: Callable[..., Any]) -> bool:
+    try:
+        parameters = inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return False
+    return len(parameters) >= 1
+
+
+class AsyncSteps:
+    """Steps for `async def` handlers."""
+
+    def __init__(self, book: _StepBook) -> None:
+        self._book = book
+
+    async def run(self, name: str, fn: Callable[..., Awaitable[T] | T]) -> T:
+        """Run `fn` once ever for this run and store its result; replay it on later attempts.
+
+        `fn` may be sync or async and may take one argument, the step's CancelSignal.
+        Raises X_STEP_DUPLICATE, X_STEP_OUTPUT_INVALID, X_JOB_TIMEOUT, X_ABORTED.
+        """
+        replay = self._book.begin(name)
+        if replay is not None:
+            return replay.output  # type: ignore[no-any-return]
+        self._book.signal.raise_if_set()
+        signal, timer = self._book.step_signal()
+        try:
+            arguments = (signal,) if _takes_signal(fn) else ()
+            if inspect.iscoroutinefunction(fn):
+                output = await _until_cancelled(fn(*arguments), signal)
+            else:
+                output = await asyncio.to_thread(fn, *arguments)
+                if signal.is_set:
+                    raise self._book.timed_out(name, signal) or _aborted(self._book.signal)
+        finally:
+            if timer is not None:
+                timer.cancel()
+        timeout = self._book.timed_out(name, signal)
+        if timeout is not None:
+            raise timeout
+        self._book.check_output(name, output)
+        self._book.signal.raise_if_set()
+        await self._book.writer.record_step(name, StepStatus.COMPLETED, output=output)
+        self._book.ran.append(name)
+        return output  # type: ignore[no-any-return]
+
+    async def sleep(
+        self, name_or_duration: str | Duration, duration: Duration | None = None
+    ) -> None:
+        """Park the run until the wake time; the attempt is not counted and no process waits.
+
+        `sleep('1d')` derives the step name; `sleep('wait-for-approval', '1d')` names it.
+        """
+        name, length = self._book.sleep_name(name_or_duration, duration)
+        wake_at = await _sleep_step(self._book, name, length)
+        if wake_at is not None:
+            raise StepSuspension(wake_at, name)
+
+
+class SyncSteps:
+    """Steps for plain `def` handlers, which run in a worker thread."""
+
+    def __init__(self, book: _StepBook, loop: asyncio.AbstractEventLoop) -> None:
+        self._book = book
+        self._loop = loop
+
+    def _on_loop(self, coroutine: Coroutine[Any, Any, T]) -> T:
+        return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result()
+
+    def run(self, name: str, fn: Callable[..., T]) -> T:
+        """Run `fn` once ever for this run and store its result; replay it on later attempts."""
+        replay = self._book.begin(name)
+        if replay is not None:
+            return replay.output  # type: ignore[no-any-return]
+        self._book.signal.raise_if_set()
+        signal, timer = self._book.step_signal()
+        try:
+            output = fn(signal) if _takes_signal(fn) else fn()
+        finally:
+            if timer is not None:
+                timer.cancel()
+        timeout = self._book.timed_out(name, signal)
+        if timeout is not None:
+            raise timeout
+        self._book.check_output(name, output)
+        self._book.signal.raise_if_set()
+        self._on_loop(self._book.writer.record_step(name, StepStatus.COMPLETED, output=output))
+        self._book.ran.append(name)
+        return output
+
+    def sleep(self, name_or_duration: str | Duration, duration: Duration | None = None) -> None:
+        """Park the run until the wake time (see AsyncSteps.sleep)."""
+        name, length = self._book.sleep_name(name_or_duration, duration)
+        wake_at = self._on_loop(_sleep_step(self._book, name, length))
+        if wake_at is not None:
+            raise StepSuspension(wake_at, name)
+
+
+async def _sleep_step(book: _StepBook, name: str, length: timedelta) -> datetime | None:
+    """Answer the wake time to suspend until, or None when the sleep is over."""
+    replay = book.begin(name)
+    if replay is not None:
+        return None
+    book.signal.raise_if_set()
+    now = datetime.now(UTC)
+    stored = book.records.get(name)
+    if stored is not None and stored.wake_at is not None:
+        if stored.wake_at <= now:
+            await book.writer.record_step(name, StepStatus.COMPLETED, output=None)
+            book.ran.append(name)
+            return None
+        return stored.wake_at
+    wake_at = now + length
+    await book.writer.record_step(name, StepStatus.SLEEPING, wake_at=wake_at)
+    return wake_at
+
+
+async def _until_cancelled(awaitable: Awaitable[T], signal: CancelSignal) -> T:
+    """Await `awaitable`, cancelling it when `signal` is set (then raise X_ABORTED)."""
+    task = asyncio.ensure_future(awaitable)
+    loop = asyncio.get_running_loop()
+    signal.on_cancel(lambda _reason: loop.call_soon_threadsafe(task.cancel))
+    try:
+        return await task
+    except asyncio.CancelledError:
+        outer = asyncio.current_task()
+        if signal.is_set and (outer is None or outer.cancelling() == 0):
+            raise _aborted(signal) from None
+        raise
+
+
+def _aborted(signal: CancelSignal) -> Aborted:
+    return Aborted(
+        f"the attempt was cancelled: {signal.reason}",
+        detail={"reason": None if signal.reason is None else signal.reason.code},
+    )
+
+
+def new_book(
+    records: dict[str, StepRecord],
+    writer: StepWriter,
+    signal: CancelSignal,
+    step_timeout: timedelta | None,
+) -> _StepBook:
+    return _StepBook(records, writer, signal, step_timeout)

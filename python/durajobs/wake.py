@@ -1,0 +1,95 @@
+"""The wake: one LISTEN connection per worker process, so an idle worker starts new work at once.
+
+The wake only shortens waits; the poll remains the guarantee. A listener is trusted (and the idle
+ceiling raised to 5 s) only after a probe sent through the pool arrives on it: a transaction
+pooling proxy swallows LISTEN silently. It is un-proven on every reconnect.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import psycopg
+
+from durajobs import calls
+
+log = logging.getLogger(__name__)
+
+PROBE_TIMEOUT_SECONDS = 2.0
+RECONNECT_SECONDS = 1.0
+
+
+class QueueWake:
+    """Listens on the wake channel and calls `on_wake(queue)` for the queues this worker serves."""
+
+    def __init__(
+        self,
+        database_url: str,
+        queues: set[str],
+        on_wake: Callable[[str], None],
+        send_probe: Callable[[str], Awaitable[None]],
+    ) -> None:
+        self._url = database_url
+        self._queues = queues
+        self._on_wake = on_wake
+        self._send_probe = send_probe
+        self.proven = False
+        self._probe_token = ""
+        self._probe_heard: asyncio.Event | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._connection: psycopg.AsyncConnection[Any] | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._run())
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+        if self._connection is not None:
+            await self._connection.close()
+
+    async def _run(self) -> None:
+        warned = False
+        while True:
+            try:
+                self._connection = await psycopg.AsyncConnection.connect(self._url, autocommit=True)
+                await self._connection.execute(calls.listen())
+                listening = asyncio.get_running_loop().create_task(self._listen(self._connection))
+                self.proven = await self._probe()
+                if self.proven:
+                    log.info("jobs.wake.live")
+                elif not warned:
+                    warned = True
+                    log.warning("jobs.wake.unverified")
+                await listening
+            except asyncio.CancelledError:
+                raise
+            except Exception as failure:
+                log.warning("jobs.wake.lost", extra={"error": str(failure)})
+            self.proven = False
+            if self._connection is not None:
+                await self._connection.close()
+                self._connection = None
+            await asyncio.sleep(RECONNECT_SECONDS)
+
+    async def _probe(self) -> bool:
+        self._probe_token = f"probe:{uuid.uuid4()}"
+        self._probe_heard = asyncio.Event()
+        try:
+            await self._send_probe(self._probe_token)
+            await asyncio.wait_for(self._probe_heard.wait(), PROBE_TIMEOUT_SECONDS)
+        except (TimeoutError, psycopg.Error):
+            return False
+        return True
+
+    async def _listen(self, connection: psycopg.AsyncConnection[Any]) -> None:
+        async for notice in connection.notifies():
+            if notice.payload == self._probe_token and self._probe_heard is not None:
+                self._probe_heard.set()
+            elif notice.payload in self._queues:
+                self._on_wake(notice.payload)

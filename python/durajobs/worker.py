@@ -1,0 +1,366 @@
+"""The asyncio worker: claims batches fairly across queues, runs each attempt under a kept lease,
+and drains on SIGTERM without counting the attempts it interrupts.
+
+The loop re-arms on each claim PASS, never on the jobs, so a long job never blocks free slots.
+Idle, it backs off from 250 ms to 2 s (5 s once the wake is proven); a wake, a freed slot or a
+local timer for a retry due within a minute starts a pass at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import os
+import signal as signals
+import socket
+import uuid
+from collections import Counter
+from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+from durajobs import calls
+from durajobs.database import AsyncDatabase
+from durajobs.declarations import Registry, Settled
+from durajobs.durations import Duration, parse_duration
+from durajobs.errors import ConfigInvalid, Draining
+from durajobs.execution import JobExecution, Outcome, execute
+from durajobs.lease import LeaseKeeper
+from durajobs.records import ClaimedJob
+from durajobs.signals import CancelSignal
+from durajobs.wake import QueueWake
+
+log = logging.getLogger(__name__)
+
+DEFAULT_CONCURRENCY = 8
+DEFAULT_VISIBILITY = timedelta(seconds=30)
+POLL_FLOOR = timedelta(milliseconds=250)
+IDLE_CEILING = timedelta(seconds=2)
+WOKEN_IDLE_CEILING = timedelta(seconds=5)
+DRAIN_DEADLINE = timedelta(seconds=25)
+LOCAL_TIMER_HORIZON = timedelta(minutes=1)
+
+
+def _slots(value: object, field: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigInvalid(
+            f"{field} must be a whole number of at least 1, got {value!r}", detail={"field": field}
+        )
+    return value
+
+
+@dataclass
+class WorkerStats:
+    in_flight: int
+    max_in_flight: int | None
+    completed: int
+    interrupted: int
+    outcomes: dict[str, int]
+
+
+class Worker:
+    """Runs the jobs of `registry` from `queues` until stopped or drained."""
+
+    def __init__(
+        self,
+        registry: Registry,
+        database_url: str,
+        *,
+        queues: list[str] | None = None,
+        concurrency: int | Mapping[str, int] = DEFAULT_CONCURRENCY,
+        max_in_flight: int | None = None,
+        visibility: Duration = DEFAULT_VISIBILITY,
+        drain_deadline: Duration = DRAIN_DEADLINE,
+        listen: bool = True,
+        worker_id: str | None = None,
+    ) -> None:
+        self.registry = registry
+        self.queues = list(queues or registry.queues())
+        if not self.queues:
+            raise ConfigInvalid(
+                "the worker serves no queue: declare a job or pass queues",
+                detail={"field": "queues"},
+            )
+        if isinstance(concurrency, Mapping):
+            # read by own key: a queue named 'keys' or '__class__' gets its own value
+            self.concurrency = {
+                queue: _slots(concurrency[queue], f"concurrency[{queue!r}]")
+                if queue in concurrency
+                else DEFAULT_CONCURRENCY
+                for queue in self.queues
+            }
+        else:
+            slots = _slots(concurrency, "concurrency")
+            self.concurrency = dict.fromkeys(self.queues, slots)
+        self.max_in_flight = (
+            None if max_in_flight is None else _slots(max_in_flight, "max_in_flight")
+        )
+        self.visibility = parse_duration(visibility, field="visibility")
+        self.drain_deadline = parse_duration(drain_deadline, field="drain_deadline")
+        self.worker_id = worker_id or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self.db = AsyncDatabase(database_url, max_size=4)
+        self._listen = listen
+        self._wake: QueueWake | None = None
+        self._running: dict[uuid.UUID, tuple[ClaimedJob, CancelSignal, asyncio.Task[None]]] = {}
+        self._per_queue: Counter[str] = Counter()
+        self._kick = asyncio.Event()
+        self._accepting = True
+        self._stopped = asyncio.Event()
+        self._rotation = 0
+        self._idle = True
+        self._outcomes: Counter[str] = Counter()
+        self.executions: list[JobExecution] = []
+        self.keep_executions = False
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    @property
+    def capacity(self) -> int:
+        slots = sum(self.concurrency.values())
+        return slots if self.max_in_flight is None else min(slots, self.max_in_flight)
+
+    def stats(self) -> WorkerStats:
+        return WorkerStats(
+            in_flight=len(self._running),
+            max_in_flight=self.max_in_flight,
+            completed=self._outcomes[Outcome.COMPLETED],
+            interrupted=self._outcomes[Outcome.INTERRUPTED],
+            outcomes=dict(self._outcomes),
+        )
+
+    def kick(self, _queue: str | None = None) -> None:
+        """Start a claim pass now (a wake, a freed slot, a timer)."""
+        self._kick.set()
+
+    def drain(self) -> None:
+        """SIGTERM: stop claiming and cancel every held attempt with X_DRAINING, at once."""
+        if not self._accepting:
+            return
+        self._accepting = False
+        log.info(
+            "jobs.worker.draining", extra={"worker": self.worker_id, "held": len(self._running)}
+        )
+        for claimed, signal, _task in list(self._running.values()):
+            signal.cancel(
+                Draining(
+                    f"worker {self.worker_id} is draining",
+                    detail={"worker": self.worker_id, "id": str(claimed.id)},
+                )
+            )
+        self._kick.set()
+
+    def stop(self) -> None:
+        """Stop claiming and let held work finish, with no deadline and no cancel."""
+        self._accepting = False
+        self._kick.set()
+
+    async def run(self, *, install_signal_handlers: bool = False) -> None:
+        """Run until `stop()` or `drain()`; the drain waits at most `drain_deadline`."""
+        loop = asyncio.get_running_loop()
+        loop.set_default_executor(ThreadPoolExecutor(max_workers=max(self.capacity, 4)))
+        if install_signal_handlers:
+            for number in (signals.SIGTERM, signals.SIGINT):
+                loop.add_signal_handler(number, self.drain)
+        await self.db.open()
+        for queue in self.queues:
+            if queue not in self.registry.queues():
+                log.info("jobs.worker.queue-unregistered", extra={"queue": queue})
+        if self._listen:
+            self._wake = QueueWake(
+                self.db.database_url,
+                set(self.queues),
+                self.kick,
+                lambda token: self.db.run(calls.wake_probe(token)),
+            )
+            self._wake.start()
+        log.info("jobs.worker.started", extra={"worker": self.worker_id, "queues": self.queues})
+        try:
+            await self._loop()
+            await self._settle_held()
+        finally:
+            if self._wake is not None:
+                await self._wake.stop()
+            await self.db.close()
+            if install_signal_handlers:
+                for number in (signals.SIGTERM, signals.SIGINT):
+                    loop.remove_signal_handler(number)
+            self._stopped.set()
+            log.info("jobs.worker.stopped", extra={"worker": self.worker_id})
+
+    async def _settle_held(self) -> None:
+        tasks = [task for _claimed, _signal, task in self._running.values()]
+        if not tasks:
+            return
+        if any(signal.is_set for _claimed, signal, _task in self._running.values()):
+            _done, pending = await asyncio.wait(tasks, timeout=self.drain_deadline.total_seconds())
+            if pending:
+                log.error(
+                    "jobs.worker.drain-abandoned",
+                    extra={
+                        "worker": self.worker_id,
+                        "abandoned": len(pending),
+                    },
+                )
+                for task in pending:
+                    task.cancel()
+                await asyncio.gather(*pending, return_exceptions=True)
+        else:
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    # -- the claim loop --------------------------------------------------------------------
+
+    async def _loop(self) -> None:
+        wait = POLL_FLOOR
+        while self._accepting:
+            self._kick.clear()
+            try:
+                claimed = await self._pass()
+            except Exception as failure:
+                # a failed pass never kills the loop: re-arm at the floor
+                log.error("jobs.worker.claim-failed", extra={"error": str(failure)})
+                claimed, wait = 0, POLL_FLOOR
+            if not self._accepting:
+                break
+            if claimed:
+                wait = POLL_FLOOR
+                if self._room() > 0:
+                    continue
+                timeout: float | None = None  # at the cap: a freed slot kicks
+            elif self._room() == 0:
+                timeout = None
+            else:
+                timeout = wait.total_seconds()
+                ceiling = WOKEN_IDLE_CEILING if self._wake and self._wake.proven else IDLE_CEILING
+                wait = min(wait * 2, ceiling)
+            try:
+                await asyncio.wait_for(self._kick.wait(), timeout)
+                wait = POLL_FLOOR
+            except TimeoutError:
+                pass
+
+    def _room(self) -> int:
+        return max(self.capacity - len(self._running), 0)
+
+    def _queue_room(self, queue: str) -> int:
+        return max(self.concurrency[queue] - self._per_queue[queue], 0)
+
+    async def _pass(self) -> int:
+        room = self._room()
+        if room == 0:
+            return 0
+        rotated = self.queues[self._rotation :] + self.queues[: self._rotation]
+        open_queues = [q for q in rotated if self._queue_room(q) > 0]
+        if not open_queues:
+            return 0
+        if self._idle:
+            # a first fill from idle: one statement over every queue with a free slot
+            size = min(room, min(self._queue_room(q) for q in open_queues))
+            got = await self._claim(open_queues, size)
+        else:
+            got, left = 0, room
+            for index, queue in enumerate(open_queues):
+                if left <= 0:
+                    break
+                share = min(math.ceil(left / (len(open_queues) - index)), self._queue_room(queue))
+                taken = await self._claim([queue], share)
+                got, left = got + taken, left - taken
+        self._idle = got == 0
+        return got
+
+    async def _claim(self, queues: list[str], size: int) -> int:
+        if size <= 0 or not self._accepting:
+            return 0
+        dropping = [job.name for job in self.registry.jobs() if not job.retry.dead_letter]
+        rows = await self.db.run(
+            calls.claim(
+                queues,
+                self.worker_id,
+                batch_size=size,
+                visibility=self.visibility,
+                drop_exhausted=dropping,
+            )
+        )
+        started = 0
+        for row in rows:
+            if row.buried:
+                await self._announce_exhausted(row)
+                continue
+            if not self._accepting:
+                # drained while the claim was in flight: hand the row back, uncounted
+                await self.db.run(
+                    calls.nack(row.id, self.worker_id, row.claim, counts_as_attempt=False)
+                )
+                continue
+            self._start(row)
+            started += 1
+            position = self.queues.index(row.queue) if row.queue in self.queues else -1
+            self._rotation = (position + 1) % len(self.queues)
+        return started
+
+    async def _announce_exhausted(self, row: ClaimedJob) -> None:
+        log.error(
+            "jobs.claim.exhausted",
+            extra={
+                "job": row.name,
+                "id": str(row.id),
+                "state": str(row.state),
+                "attempt": row.attempt,
+            },
+        )
+        job = self.registry.get(row.name)
+        if job is None or job.on_settled is None:
+            return
+        settled = Settled(
+            job=row.name,
+            job_id=row.id,
+            run_id=row.run_id,
+            outcome="dead-lettered" if row.state == "dead" else "dropped",
+            attempt=row.attempt,
+            error="LEASE_LAPSED_FINAL_ATTEMPT",
+            code=None,
+        )
+        try:
+            answer = job.on_settled(settled)
+            if asyncio.iscoroutine(answer):
+                await answer
+        except Exception as failure:
+            log.error("jobs.on-settled.failed", extra={"job": row.name, "error": str(failure)})
+
+    # -- one attempt -----------------------------------------------------------------------
+
+    def _start(self, row: ClaimedJob) -> None:
+        signal = CancelSignal()
+        keeper = LeaseKeeper(self.db, row, self.worker_id, signal, visibility=self.visibility)
+        task = asyncio.get_running_loop().create_task(self._attempt(row, signal, keeper))
+        self._running[row.id] = (row, signal, task)
+        self._per_queue[row.queue] += 1
+
+    async def _attempt(self, row: ClaimedJob, signal: CancelSignal, keeper: LeaseKeeper) -> None:
+        keeper.start()
+        try:
+            execution = await execute(
+                row,
+                self.registry,
+                db=self.db,
+                worker_id=self.worker_id,
+                signal=signal,
+                lease=keeper,
+            )
+            self._outcomes[execution.outcome] += 1
+            if self.keep_executions:
+                self.executions.append(execution)
+            if execution.resume_at is not None:
+                delay = execution.resume_at - datetime.now(UTC)
+                if delay <= LOCAL_TIMER_HORIZON:
+                    asyncio.get_running_loop().call_later(max(delay.total_seconds(), 0), self.kick)
+        except Exception as failure:
+            log.error(
+                "jobs.worker.attempt-crashed", extra={"id": str(row.id), "error": str(failure)}
+            )
+        finally:
+            await keeper.join()
+            self._running.pop(row.id, None)
+            self._per_queue[row.queue] -= 1
+            self._kick.set()  # a freed slot refills at once

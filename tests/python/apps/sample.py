@@ -1,0 +1,78 @@
+"""Jobs the process-level tests run in real worker processes.
+
+Side effects go to the table `effects` in the same database, so a test can count what ran,
+across processes and crashes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+
+import psycopg
+from pydantic import BaseModel
+
+from durajobs import Registry
+from durajobs.retry import RetryPolicy
+
+DATABASE_URL = os.environ.get("DATABASE_URL", "")
+registry = Registry(database_url=DATABASE_URL or None)
+
+
+class Work(BaseModel):
+    key: str
+    seconds: float = 0.0
+
+
+def record(run_id: object, what: str) -> None:
+    with psycopg.connect(DATABASE_URL, autocommit=True) as connection:
+        connection.execute(
+            "create table if not exists effects (run_id text, what text, pid int, at timestamptz default clock_timestamp())"
+        )
+        connection.execute(
+            "insert into effects (run_id, what, pid) values (%s, %s, %s)",
+            [str(run_id), what, os.getpid()],
+        )
+
+
+@registry.job(name="noop", input=Work, idempotency_key=lambda w: w.key, tenant="none")
+async def noop(ctx) -> None:
+    return None
+
+
+@registry.job(name="count", input=Work, idempotency_key=lambda w: w.key, tenant="none")
+def count(ctx) -> None:
+    record(ctx.run_id, "ran")
+
+
+@registry.job(
+    name="two-steps",
+    input=Work,
+    idempotency_key=lambda w: w.key,
+    tenant="none",
+    retry=RetryPolicy.of(attempts=5, delay="50ms"),
+)
+def two_steps(ctx) -> str:
+    ctx.step.run("first", lambda: record(ctx.run_id, "first"))
+    # long enough for a test to kill the process between the steps
+    deadline = time.monotonic() + ctx.input.seconds
+    while time.monotonic() < deadline and not ctx.cancelled:
+        time.sleep(0.02)
+    if ctx.cancelled:
+        raise RuntimeError("stopped")
+    ctx.step.run("second", lambda: record(ctx.run_id, "second"))
+    return "done"
+
+
+@registry.job(
+    name="slow",
+    input=Work,
+    idempotency_key=lambda w: w.key,
+    tenant="none",
+    retry=RetryPolicy.of(attempts=1),
+)
+async def slow(ctx) -> None:
+    await asyncio.to_thread(record, ctx.run_id, "started")
+    await asyncio.sleep(ctx.input.seconds)
+    await asyncio.to_thread(record, ctx.run_id, "finished")
