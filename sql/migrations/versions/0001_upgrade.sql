@@ -625,26 +625,6 @@ begin
     perform jobs._invalid('jobs.enqueue_many', v_bad_key, 'repeats the id of an earlier request');
   end if;
 
-  select r.ord, r.id, j.name, j.idempotency_key
-    into v_duplicate
-    from unnest(v_requests) r
-    join jobs.jobs j on r.id_supplied and j.id = r.id
-   where j.name <> r.name
-      or coalesce(j.tenant_id, '') <> coalesce(r.tenant_id, '')
-      or j.idempotency_key <> r.idempotency_key
-   order by r.ord
-   limit 1;
-  if found then
-    perform jobs._raise(
-      'X_JOB_DUPLICATE',
-      format('requests[%s]: id %s already names job %s with idempotency key %s; an id is never '
-             'reused', v_duplicate.ord, v_duplicate.id, v_duplicate.name,
-             v_duplicate.idempotency_key),
-      jsonb_build_object('reason', 'id_taken', 'existing_id', v_duplicate.id,
-                         'request', v_duplicate.ord),
-      'pass a fresh id, or none and one is made');
-  end if;
-
   foreach v_request in array v_requests loop
     perform jobs._check_enqueue('jobs.enqueue_many', format('requests[%s].', v_request.ord),
                                 v_request.name, v_request.input, v_request.idempotency_key,
@@ -703,6 +683,28 @@ begin
      where done.ord is null;
     exit when cardinality(v_pending) = 0;
   end loop;
+
+  -- after the inserts, so an id another transaction took meanwhile is caught too: a supplied
+  -- id answers only the same job (name, tenant, key), never a stranger
+  select r.ord, r.id, j.name, j.idempotency_key
+    into v_duplicate
+    from unnest(v_requests) r
+    join jobs.jobs j on r.id_supplied and j.id = r.id
+   where j.name <> r.name
+      or coalesce(j.tenant_id, '') <> coalesce(r.tenant_id, '')
+      or j.idempotency_key <> r.idempotency_key
+   order by r.ord
+   limit 1;
+  if found then
+    perform jobs._raise(
+      'X_JOB_DUPLICATE',
+      format('requests[%s]: id %s already names job %s with idempotency key %s; an id is never '
+             'reused', v_duplicate.ord, v_duplicate.id, v_duplicate.name,
+             v_duplicate.idempotency_key),
+      jsonb_build_object('reason', 'id_taken', 'existing_id', v_duplicate.id,
+                         'request', v_duplicate.ord),
+      'pass a fresh id, or none and one is made');
+  end if;
 
   if cardinality(v_pending) > 0 then
     perform jobs._raise(

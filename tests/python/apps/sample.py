@@ -28,7 +28,8 @@ class Work(BaseModel):
 def record(run_id: object, what: str) -> None:
     with psycopg.connect(DATABASE_URL, autocommit=True) as connection:
         connection.execute(
-            "create table if not exists effects (run_id text, what text, pid int, at timestamptz default clock_timestamp())"
+            "create table if not exists effects"
+            " (run_id text, what text, pid int, at timestamptz default clock_timestamp())"
         )
         connection.execute(
             "insert into effects (run_id, what, pid) values (%s, %s, %s)",
