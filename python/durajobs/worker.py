@@ -75,6 +75,9 @@ class Worker:
         drain_deadline: Duration = DRAIN_DEADLINE,
         listen: bool = True,
         worker_id: str | None = None,
+        poll_floor: Duration = POLL_FLOOR,
+        idle_ceiling: Duration = IDLE_CEILING,
+        woken_idle_ceiling: Duration = WOKEN_IDLE_CEILING,
     ) -> None:
         self.registry = registry
         self.queues = list(queues or registry.queues())
@@ -99,6 +102,9 @@ class Worker:
         )
         self.visibility = parse_duration(visibility, field="visibility")
         self.drain_deadline = parse_duration(drain_deadline, field="drain_deadline")
+        self.poll_floor = parse_duration(poll_floor, field="poll_floor")
+        self.idle_ceiling = parse_duration(idle_ceiling, field="idle_ceiling")
+        self.woken_idle_ceiling = parse_duration(woken_idle_ceiling, field="woken_idle_ceiling")
         self.worker_id = worker_id or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self.db = AsyncDatabase(database_url, max_size=4)
         self._listen = listen
@@ -113,6 +119,9 @@ class Worker:
         self._outcomes: Counter[str] = Counter()
         self.executions: list[JobExecution] = []
         self.keep_executions = False
+        self.idle_waits: list[
+            float
+        ] = []  # the idle backoff as it happened, for operators and tests
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -212,7 +221,7 @@ class Worker:
     # -- the claim loop --------------------------------------------------------------------
 
     async def _loop(self) -> None:
-        wait = POLL_FLOOR
+        wait = self.poll_floor
         while self._accepting:
             self._kick.clear()
             try:
@@ -220,23 +229,26 @@ class Worker:
             except Exception as failure:
                 # a failed pass never kills the loop: re-arm at the floor
                 log.error("jobs.worker.claim-failed", extra={"error": str(failure)})
-                claimed, wait = 0, POLL_FLOOR
+                claimed, wait = 0, self.poll_floor
             if not self._accepting:
                 break
+            timeout: float | None
             if claimed:
-                wait = POLL_FLOOR
+                wait = self.poll_floor
                 if self._room() > 0:
                     continue
-                timeout: float | None = None  # at the cap: a freed slot kicks
+                timeout = None  # at the cap: a freed slot kicks
             elif self._room() == 0:
                 timeout = None
             else:
                 timeout = wait.total_seconds()
-                ceiling = WOKEN_IDLE_CEILING if self._wake and self._wake.proven else IDLE_CEILING
+                self.idle_waits.append(timeout)
+                proven = self._wake is not None and self._wake.proven
+                ceiling = self.woken_idle_ceiling if proven else self.idle_ceiling
                 wait = min(wait * 2, ceiling)
             try:
                 await asyncio.wait_for(self._kick.wait(), timeout)
-                wait = POLL_FLOOR
+                wait = self.poll_floor
             except TimeoutError:
                 pass
 

@@ -1,0 +1,481 @@
+"""The worker loop in process, against a real database: fairness, backoff, wake, leases, drain."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from datetime import timedelta
+
+import psycopg
+import pytest
+from pydantic import BaseModel
+
+import durajobs
+from durajobs import calls
+from durajobs.errors import ConfigInvalid
+from durajobs.retry import RetryPolicy
+from durajobs.worker import Worker
+
+
+class Item(BaseModel):
+    key: str
+    seconds: float = 0.0
+
+
+def _registry(database_url):
+    return durajobs.Registry(database_url=database_url)
+
+
+async def _run_until(worker: Worker, done, *, timeout: float = 20.0) -> None:
+    """Run `worker` until `done()` is true, then stop it and wait for it."""
+    runner = asyncio.ensure_future(worker.run())
+    try:
+        deadline = time.monotonic() + timeout
+        while not done():
+            assert time.monotonic() < deadline, "the worker did not get there in time"
+            assert not runner.done(), runner.exception() if runner.done() else None
+            await asyncio.sleep(0.02)
+    finally:
+        worker.stop()
+        await asyncio.wait_for(runner, 30)
+
+
+def _rows(database_url, query, params=()):
+    with psycopg.connect(database_url, autocommit=True) as connection:
+        return connection.execute(query, params).fetchall()
+
+
+@pytest.mark.parametrize("bad", [0, -1, 1.5, True, "2"])
+def test_invalid_caps_are_refused_at_construction(database_url, bad):
+    registry = _registry(database_url)
+
+    @registry.job(name="n", input=Item, idempotency_key=lambda i: i.key, tenant="none")
+    def n(ctx):
+        return None
+
+    with pytest.raises(ConfigInvalid):
+        Worker(registry, database_url, max_in_flight=bad)
+    with pytest.raises(ConfigInvalid):
+        Worker(registry, database_url, concurrency=bad)
+
+
+def test_concurrency_tables_are_read_by_own_key(database_url):
+    registry = _registry(database_url)
+    worker = Worker(
+        registry,
+        database_url,
+        queues=["constructor", "__class__", "keys", "other"],
+        concurrency={"constructor": 2, "__class__": 1, "keys": 3},
+    )
+    assert worker.concurrency == {"constructor": 2, "__class__": 1, "keys": 3, "other": 8}
+
+
+def test_three_backlogged_queues_on_a_cap_of_one_take_turns(database_url):
+    registry = _registry(database_url)
+    order: list[str] = []
+
+    for queue in ("a", "b", "c"):
+
+        @registry.job(
+            name=f"job-{queue}",
+            input=Item,
+            idempotency_key=lambda i: i.key,
+            tenant="none",
+            queue=queue,
+        )
+        async def handler(ctx):
+            order.append(ctx.queue)
+
+    # queue a's backlog is the oldest: a plain oldest-first claim would drain it first
+    for queue in ("a", "b", "c"):
+        for n in range(3):
+            registry.get(f"job-{queue}").enqueue({"key": f"{queue}{n}"})
+
+    worker = Worker(registry, database_url, queues=["a", "b", "c"], max_in_flight=1, listen=False)
+    asyncio.run(_run_until(worker, lambda: len(order) == 9))
+    assert order == ["a", "b", "c"] * 3
+
+
+def test_idle_backoff_doubles_to_the_ceiling(database_url):
+    registry = _registry(database_url)
+    worker = Worker(
+        registry,
+        database_url,
+        queues=["quiet"],
+        listen=False,
+        poll_floor=timedelta(milliseconds=10),
+        idle_ceiling=timedelta(milliseconds=80),
+    )
+    asyncio.run(_run_until(worker, lambda: len(worker.idle_waits) >= 6))
+    assert worker.idle_waits[:6] == [0.01, 0.02, 0.04, 0.08, 0.08, 0.08]
+
+
+def test_a_wake_from_another_session_starts_an_idle_worker_at_once(database_url):
+    registry = _registry(database_url)
+    started: list[float] = []
+
+    @registry.job(name="woken", input=Item, idempotency_key=lambda i: i.key, tenant="none")
+    async def woken(ctx):
+        started.append(time.monotonic())
+
+    # an idle ceiling of a minute: only the wake can start the job within the test's bound
+    worker = Worker(
+        registry,
+        database_url,
+        listen=True,
+        idle_ceiling=timedelta(minutes=1),
+        woken_idle_ceiling=timedelta(minutes=1),
+        poll_floor=timedelta(seconds=30),
+    )
+
+    async def scenario():
+        runner = asyncio.ensure_future(worker.run())
+        for _ in range(200):
+            if worker._wake is not None and worker._wake.proven and worker.idle_waits:
+                break
+            await asyncio.sleep(0.02)
+        assert worker._wake is not None
+        assert worker._wake.proven
+        enqueued = time.monotonic()
+        await asyncio.to_thread(woken.enqueue, {"key": "now"})
+        for _ in range(250):
+            if started:
+                break
+            await asyncio.sleep(0.02)
+        worker.stop()
+        await runner
+        return started[0] - enqueued if started else None
+
+    latency = asyncio.run(scenario())
+    assert latency is not None, "the wake did not start the job"
+    assert latency < 5.0, "the wake did not start the job before the poll"
+
+
+def test_a_long_job_never_blocks_the_free_slots(database_url):
+    registry = _registry(database_url)
+    quick_done: list[str] = []
+
+    @registry.job(name="long", input=Item, idempotency_key=lambda i: i.key, tenant="none")
+    async def long(ctx):
+        await asyncio.sleep(ctx.input.seconds)
+
+    @registry.job(name="quick", input=Item, idempotency_key=lambda i: i.key, tenant="none")
+    async def quick(ctx):
+        quick_done.append(ctx.input.key)
+
+    long.enqueue({"key": "long", "seconds": 30})
+    for n in range(20):
+        quick.enqueue({"key": f"q{n}"})
+    worker = Worker(registry, database_url, concurrency=2, listen=False)
+
+    async def scenario():
+        runner = asyncio.ensure_future(worker.run())
+        for _ in range(500):
+            if len(quick_done) == 20:
+                break
+            await asyncio.sleep(0.02)
+        still_running = worker.stats().in_flight
+        worker.drain()
+        await runner
+        return still_running
+
+    assert asyncio.run(scenario()) == 1  # the long job was still running, alone
+    assert len(quick_done) == 20
+
+
+def test_a_claim_pass_that_fails_never_kills_the_loop(database_url, caplog):
+    registry = _registry(database_url)
+    ran: list[str] = []
+
+    @registry.job(name="after", input=Item, idempotency_key=lambda i: i.key, tenant="none")
+    async def after(ctx):
+        ran.append(ctx.input.key)
+
+    after.enqueue({"key": "k"})
+    worker = Worker(registry, database_url, listen=False)
+    real_run = worker.db.run
+    failures = {"left": 1}
+
+    async def flaky(call):
+        if call.function == "jobs.claim_v1" and failures["left"]:
+            failures["left"] -= 1
+            raise psycopg.OperationalError("the pool blinked")
+        return await real_run(call)
+
+    worker.db.run = flaky  # type: ignore[method-assign]
+    with caplog.at_level(logging.ERROR, logger="durajobs"):
+        asyncio.run(_run_until(worker, lambda: ran == ["k"]))
+    assert any(r.getMessage() == "jobs.worker.claim-failed" for r in caplog.records)
+
+
+def test_a_retry_due_within_a_minute_gets_a_local_timer(database_url):
+    registry = _registry(database_url)
+    attempts: list[float] = []
+
+    @registry.job(
+        name="flaky",
+        input=Item,
+        idempotency_key=lambda i: i.key,
+        tenant="none",
+        retry=RetryPolicy.of(attempts=3, delay="300ms", jitter=False),
+    )
+    async def flaky(ctx):
+        attempts.append(time.monotonic())
+        if ctx.attempt == 1:
+            raise RuntimeError("first try fails")
+
+    flaky.enqueue({"key": "k"})
+    # idle ceiling of a minute: without the local timer the retry would wait that long
+    worker = Worker(registry, database_url, listen=False, idle_ceiling=timedelta(minutes=1))
+    asyncio.run(_run_until(worker, lambda: len(attempts) == 2, timeout=20))
+    assert attempts[1] - attempts[0] < 10
+
+
+def test_heartbeats_keep_a_job_longer_than_its_lease(database_url, caplog):
+    registry = _registry(database_url)
+    done: list[int] = []
+
+    @registry.job(name="longer", input=Item, idempotency_key=lambda i: i.key, tenant="none")
+    async def longer(ctx):
+        await asyncio.sleep(1.2)
+        done.append(ctx.attempt)
+
+    job = longer.enqueue({"key": "k"})
+    worker = Worker(registry, database_url, listen=False, visibility=timedelta(milliseconds=400))
+    with caplog.at_level(logging.INFO, logger="durajobs"):
+        asyncio.run(_run_until(worker, lambda: done == [1]))
+    assert _rows(
+        database_url, "select state, attempt, claims from jobs.jobs where id = %s", [job.id]
+    ) == [("done", 1, 1)]
+    assert not [r for r in caplog.records if r.getMessage() == "jobs.lease.lost"]
+
+
+def test_a_cancel_stops_the_running_body_and_is_not_a_lease_loss(database_url, caplog):
+    registry = _registry(database_url)
+    seen: list[str] = []
+
+    @registry.job(name="cancellable", input=Item, idempotency_key=lambda i: i.key, tenant="none")
+    async def cancellable(ctx):
+        seen.append("started")
+        try:
+            await asyncio.sleep(30)
+        except asyncio.CancelledError:
+            seen.append("cancelled")
+            raise
+
+    job = cancellable.enqueue({"key": "k"})
+    worker = Worker(registry, database_url, listen=False, visibility=timedelta(milliseconds=300))
+    worker.keep_executions = True
+
+    async def scenario():
+        runner = asyncio.ensure_future(worker.run())
+        while "started" not in seen:
+            await asyncio.sleep(0.02)
+        await asyncio.to_thread(_rows, database_url, "select jobs.cancel(%s)", [job.id])
+        while not worker.executions:
+            await asyncio.sleep(0.02)
+        worker.stop()
+        await runner
+
+    with caplog.at_level(logging.INFO, logger="durajobs"):
+        asyncio.run(scenario())
+    messages = [r.getMessage() for r in caplog.records]
+    assert seen == ["started", "cancelled"]
+    assert worker.executions[0].outcome is durajobs.Outcome.CANCELLED
+    assert "jobs.lease.cancelled" in messages
+    assert "jobs.lease.lost" not in messages
+    assert _rows(database_url, "select state from jobs.jobs where id = %s", [job.id]) == [
+        ("cancelled",)
+    ]
+
+
+def test_a_lease_taken_by_another_claim_is_lost_once(database_url, caplog):
+    registry = _registry(database_url)
+    seen: list[str] = []
+
+    @registry.job(name="stolen", input=Item, idempotency_key=lambda i: i.key, tenant="none")
+    async def stolen(ctx):
+        seen.append("started")
+        try:
+            await asyncio.sleep(30)
+        except asyncio.CancelledError:
+            seen.append("cancelled")
+            raise
+
+    job = stolen.enqueue({"key": "k"})
+    worker = Worker(registry, database_url, listen=False, visibility=timedelta(milliseconds=300))
+    worker.keep_executions = True
+
+    def steal():
+        with psycopg.connect(database_url, autocommit=True) as connection:
+            connection.execute(
+                "update jobs.jobs set lease_expires_at = now() - interval '1 second' where id = %s",
+                [job.id],
+            )
+            durajobs.execute(connection, calls.claim(["default"], "thief"))
+
+    async def scenario():
+        runner = asyncio.ensure_future(worker.run())
+        while "started" not in seen:
+            await asyncio.sleep(0.02)
+        await asyncio.to_thread(steal)
+        while not worker.executions:
+            await asyncio.sleep(0.02)
+        await asyncio.sleep(0.5)  # a few more heartbeat intervals: still reported once
+        worker.stop()
+        await runner
+
+    with caplog.at_level(logging.INFO, logger="durajobs"):
+        asyncio.run(scenario())
+    lost = [r for r in caplog.records if r.getMessage() == "jobs.lease.lost"]
+    assert len(lost) == 1
+    assert worker.executions[0].outcome is durajobs.Outcome.LEASE_LOST
+    assert _rows(
+        database_url, "select state, claimed_by from jobs.jobs where id = %s", [job.id]
+    ) == [("running", "thief")]
+
+
+def test_a_final_attempt_whose_lease_lapsed_is_buried_and_reported(database_url, caplog):
+    registry = _registry(database_url)
+    settled: list[durajobs.Settled] = []
+
+    @registry.job(
+        name="crashy",
+        input=Item,
+        idempotency_key=lambda i: i.key,
+        tenant="none",
+        retry=RetryPolicy.of(attempts=1),
+        on_settled=settled.append,
+    )
+    async def crashy(ctx):
+        return None
+
+    job = crashy.enqueue({"key": "k"})
+    with psycopg.connect(database_url, autocommit=True) as connection:
+        durajobs.execute(connection, calls.claim(["default"], "died"))
+        connection.execute(
+            "update jobs.jobs set lease_expires_at = now() - interval '1 second' where id = %s",
+            [job.id],
+        )
+    worker = Worker(registry, database_url, listen=False)
+    with caplog.at_level(logging.ERROR, logger="durajobs"):
+        asyncio.run(_run_until(worker, lambda: bool(settled)))
+    assert settled[0].outcome == "dead-lettered"
+    assert settled[0].error == "LEASE_LAPSED_FINAL_ATTEMPT"
+    assert any(r.getMessage() == "jobs.claim.exhausted" for r in caplog.records)
+    assert _rows(
+        database_url, "select state, last_error from jobs.jobs where id = %s", [job.id]
+    ) == [("dead", "LEASE_LAPSED_FINAL_ATTEMPT")]
+
+
+def test_drain_interrupts_held_work_without_counting_the_attempt(database_url):
+    registry = _registry(database_url)
+    seen: list[str] = []
+
+    @registry.job(
+        name="deploy-me",
+        input=Item,
+        idempotency_key=lambda i: i.key,
+        tenant="none",
+        retry=RetryPolicy.of(attempts=1),
+    )
+    async def deploy_me(ctx):
+        seen.append("started")
+        await asyncio.sleep(30)
+
+    job = deploy_me.enqueue({"key": "k"})
+    worker = Worker(registry, database_url, listen=False)
+    worker.keep_executions = True
+
+    async def scenario():
+        runner = asyncio.ensure_future(worker.run())
+        while "started" not in seen:
+            await asyncio.sleep(0.02)
+        worker.drain()
+        await runner
+
+    asyncio.run(scenario())
+    assert worker.executions[0].outcome is durajobs.Outcome.INTERRUPTED
+    assert worker.stats().interrupted == 1
+    assert _rows(database_url, "select state, attempt from jobs.jobs where id = %s", [job.id]) == [
+        ("ready", 0)
+    ]
+
+
+def test_stop_lets_held_work_finish(database_url):
+    registry = _registry(database_url)
+    seen: list[str] = []
+
+    @registry.job(name="finish-me", input=Item, idempotency_key=lambda i: i.key, tenant="none")
+    async def finish_me(ctx):
+        seen.append("started")
+        await asyncio.sleep(0.5)
+        seen.append("finished")
+
+    job = finish_me.enqueue({"key": "k"})
+    worker = Worker(registry, database_url, listen=False)
+
+    async def scenario():
+        runner = asyncio.ensure_future(worker.run())
+        while "started" not in seen:
+            await asyncio.sleep(0.02)
+        worker.stop()
+        await runner
+
+    asyncio.run(scenario())
+    assert seen == ["started", "finished"]
+    assert _rows(database_url, "select state from jobs.jobs where id = %s", [job.id]) == [("done",)]
+
+
+def test_a_body_ignoring_the_drain_is_abandoned_at_the_deadline(database_url, caplog):
+    registry = _registry(database_url)
+    seen: list[str] = []
+
+    @registry.job(name="stubborn", input=Item, idempotency_key=lambda i: i.key, tenant="none")
+    def stubborn(ctx):
+        seen.append("started")
+        time.sleep(2)  # ignores ctx.cancelled
+
+    job = stubborn.enqueue({"key": "k"})
+    worker = Worker(
+        registry, database_url, listen=False, drain_deadline=timedelta(milliseconds=300)
+    )
+
+    async def scenario():
+        runner = asyncio.ensure_future(worker.run())
+        while "started" not in seen:
+            await asyncio.sleep(0.02)
+        worker.drain()
+        await runner
+
+    with caplog.at_level(logging.ERROR, logger="durajobs"):
+        asyncio.run(scenario())
+    assert any(r.getMessage() == "jobs.worker.drain-abandoned" for r in caplog.records)
+    # nobody settled it: the lease brings it back
+    assert _rows(database_url, "select state from jobs.jobs where id = %s", [job.id]) == [
+        ("running",)
+    ]
+
+
+def test_a_job_this_deploy_does_not_know_is_parked(database_url):
+    registry = _registry(database_url)
+
+    @registry.job(name="known", input=Item, idempotency_key=lambda i: i.key, tenant="none")
+    async def known(ctx):
+        return None
+
+    with psycopg.connect(database_url, autocommit=True) as connection:
+        unknown = durajobs.execute(connection, calls.enqueue("from-the-future", {}, "k"))
+    worker = Worker(registry, database_url, listen=False)
+    worker.keep_executions = True
+    asyncio.run(_run_until(worker, lambda: bool(worker.executions)))
+    assert worker.executions[0].outcome is durajobs.Outcome.PARKED
+    state, attempt, last_error, later = _rows(
+        database_url,
+        "select state, attempt, last_error, run_at > now() + interval '20 seconds'"
+        " from jobs.jobs where id = %s",
+        [unknown.id],
+    )[0]
+    assert (state, attempt, later) == ("suspended", 0, True)
+    assert last_error == 'no job registered as "from-the-future"'

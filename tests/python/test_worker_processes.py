@@ -1,0 +1,162 @@
+"""Real worker processes: SIGKILL mid-run, SIGTERM mid-run, two workers sharing a backlog."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psycopg
+import pytest
+
+import durajobs
+
+HERE = Path(__file__).resolve().parent
+
+
+def _worker(database_url: str, *extra: str) -> subprocess.Popen[str]:
+    environment = {**os.environ, "DATABASE_URL": database_url}
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "durajobs.cli",
+            "worker",
+            "--app",
+            "apps.sample:registry",
+            "--visibility",
+            "1",
+            *extra,
+        ],
+        cwd=HERE,
+        env=environment,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+
+
+def _one(database_url: str, query: str, params=()):
+    with psycopg.connect(database_url, autocommit=True) as connection:
+        return connection.execute(query, params).fetchone()
+
+
+def _wait_for(predicate, *, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+def _effects(database_url: str, what: str) -> int:
+    try:
+        return _one(database_url, "select count(*) from effects where what = %s", [what])[0]
+    except psycopg.errors.UndefinedTable:
+        return 0
+
+
+def _stop(process: subprocess.Popen[str]) -> str:
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+    output, _ = process.communicate(timeout=60)
+    return output
+
+
+@pytest.fixture
+def app_client(database_url):
+    with durajobs.Client.connect(database_url) as client:
+        yield client
+
+
+def test_a_killed_worker_job_is_redelivered_and_its_steps_do_not_run_again(
+    database_url, app_client
+):
+    job = app_client.enqueue("two-steps", {"key": "k", "seconds": 60}, "k", max_attempts=5)
+    first = _worker(database_url)
+    try:
+        _wait_for(lambda: _effects(database_url, "first") == 1, timeout=30, what="step one")
+        first.kill()  # SIGKILL: no drain, no settle, the lease is all that is left
+        first.wait(timeout=10)
+    finally:
+        if first.poll() is None:
+            first.kill()
+    assert _one(database_url, "select state from jobs.jobs where id = %s", [job.id]) == ("running",)
+
+    second = _worker(database_url)
+    try:
+        _wait_for(
+            lambda: (
+                _one(database_url, "select state from jobs.jobs where id = %s", [job.id])
+                == ("done",)
+            ),
+            timeout=30,
+            what="the redelivered run to finish",
+        )
+    finally:
+        _stop(second)
+    assert _effects(database_url, "first") == 1, "a completed step ran again"
+    assert _effects(database_url, "second") == 1
+    assert _one(database_url, "select attempt from jobs.jobs where id = %s", [job.id]) == (2,)
+
+
+def test_sigterm_interrupts_the_run_uncounted_and_another_worker_finishes_it(
+    database_url, app_client
+):
+    job = app_client.enqueue("two-steps", {"key": "k", "seconds": 60}, "k", max_attempts=1)
+    first = _worker(database_url)
+    _wait_for(lambda: _effects(database_url, "first") == 1, timeout=30, what="step one")
+    started = time.monotonic()
+    output = _stop(first)
+    assert time.monotonic() - started < 20, "the drain waited for the body instead of cancelling"
+    assert first.returncode == 0
+    assert "jobs.attempt.interrupted" in output
+    # max_attempts=1 survives the deploy: the attempt was given back
+    assert _one(database_url, "select state, attempt from jobs.jobs where id = %s", [job.id]) == (
+        "ready",
+        0,
+    )
+
+    second = _worker(database_url)
+    try:
+        _wait_for(
+            lambda: (
+                _one(database_url, "select state from jobs.jobs where id = %s", [job.id])
+                == ("done",)
+            ),
+            timeout=30,
+            what="the interrupted run to finish",
+        )
+    finally:
+        _stop(second)
+    assert _effects(database_url, "first") == 1
+    assert _effects(database_url, "second") == 1
+
+
+def test_two_worker_processes_complete_ten_thousand_jobs_exactly_once(database_url, app_client):
+    for start in range(0, 10_000, 2_500):
+        app_client.enqueue_many(
+            [
+                {"name": "noop", "input": {"key": f"n{n}"}, "idempotency_key": f"n{n}"}
+                for n in range(start, start + 2_500)
+            ]
+        )
+    workers = [_worker(database_url), _worker(database_url)]
+    try:
+        _wait_for(
+            lambda: (
+                _one(database_url, "select count(*) from jobs.jobs where state <> 'done'") == (0,)
+            ),
+            timeout=300,
+            what="the backlog to drain",
+        )
+    finally:
+        outputs = [_stop(worker) for worker in workers]
+    summary = _one(
+        database_url,
+        "select count(*), max(attempt), max(claims), count(distinct claimed_by) from jobs.jobs",
+    )
+    # one claim and one attempt per job: none ran twice; both processes took part
+    assert summary == (10_000, 1, 1, 2), outputs
