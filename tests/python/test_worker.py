@@ -479,3 +479,157 @@ def test_a_job_this_deploy_does_not_know_is_parked(database_url):
     )[0]
     assert (state, attempt, later) == ("suspended", 0, True)
     assert last_error == 'no job registered as "from-the-future"'
+
+
+def test_a_hung_heartbeat_is_a_lost_lease_after_one_window(database_url, caplog):
+    """R37: a renewal that never answers is caught on this process's clock."""
+    registry = _registry(database_url)
+    seen: list[str] = []
+
+    @registry.job(name="hung", input=Item, idempotency_key=lambda i: i.key, tenant="none")
+    async def hung(ctx):
+        seen.append("started")
+        try:
+            await asyncio.sleep(30)
+        except asyncio.CancelledError:
+            seen.append("cancelled")
+            raise
+
+    hung.enqueue({"key": "k"})
+    worker = Worker(registry, database_url, listen=False, visibility=timedelta(milliseconds=300))
+    worker.keep_executions = True
+    real_run = worker.db.run
+
+    async def hanging(call):
+        if call.function == "jobs.heartbeat_v1":
+            await asyncio.Event().wait()  # never answers
+        return await real_run(call)
+
+    worker.db.run = hanging  # type: ignore[method-assign]
+    with caplog.at_level(logging.INFO, logger="durajobs"):
+        asyncio.run(_run_until(worker, lambda: bool(worker.executions)))
+    assert seen[:2] == ["started", "cancelled"]
+    assert worker.executions[0].outcome is durajobs.Outcome.LEASE_LOST
+    # the row's lease really lapsed, so it may be re-taken meanwhile: one report per lost attempt
+    lost = [r for r in caplog.records if r.getMessage() == "jobs.lease.lost"]
+    losses = [e for e in worker.executions if e.outcome is durajobs.Outcome.LEASE_LOST]
+    assert {getattr(r, "reason", None) for r in lost} == {"expired"}
+    assert len(lost) == len(losses)
+
+
+def test_a_renewal_racing_the_ack_is_not_a_loss(database_url, caplog):
+    """R35: a heartbeat still on the wire when the ack lands answers 'lost': not reported."""
+    registry = _registry(database_url)
+
+    @registry.job(name="racy", input=Item, idempotency_key=lambda i: i.key, tenant="none")
+    async def racy(ctx):
+        await asyncio.sleep(0.25)
+
+    for n in range(5):
+        racy.enqueue({"key": f"k{n}"})
+    worker = Worker(registry, database_url, listen=False, visibility=timedelta(milliseconds=300))
+    worker.keep_executions = True
+    real_run = worker.db.run
+
+    async def slow_heartbeat(call):
+        if call.function == "jobs.heartbeat_v1":
+            await asyncio.sleep(0.2)  # the ack overtakes it
+        return await real_run(call)
+
+    worker.db.run = slow_heartbeat  # type: ignore[method-assign]
+    with caplog.at_level(logging.INFO, logger="durajobs"):
+        asyncio.run(_run_until(worker, lambda: len(worker.executions) == 5))
+    assert {e.outcome for e in worker.executions} == {durajobs.Outcome.COMPLETED}
+    assert not [r for r in caplog.records if r.getMessage() == "jobs.lease.lost"]
+
+
+def test_a_slow_on_settled_hook_is_not_a_lease_loss(database_url, caplog):
+    """R36: the lease stops when the settle is sent, not when the hook returns."""
+    registry = _registry(database_url)
+    hooked: list[str] = []
+
+    async def slow_hook(settled):
+        await asyncio.sleep(0.6)  # two heartbeat intervals
+        hooked.append(settled.outcome)
+
+    @registry.job(
+        name="hooked",
+        input=Item,
+        idempotency_key=lambda i: i.key,
+        tenant="none",
+        on_settled=slow_hook,
+    )
+    async def hooked_job(ctx):
+        return None
+
+    hooked_job.enqueue({"key": "k"})
+    worker = Worker(registry, database_url, listen=False, visibility=timedelta(milliseconds=300))
+    with caplog.at_level(logging.INFO, logger="durajobs"):
+        asyncio.run(_run_until(worker, lambda: hooked == ["completed"]))
+    assert not [r for r in caplog.records if r.getMessage() == "jobs.lease.lost"]
+
+
+def test_the_poll_still_runs_jobs_when_the_listener_is_lost(database_url):
+    registry = _registry(database_url)
+    ran: list[str] = []
+
+    @registry.job(name="polled", input=Item, idempotency_key=lambda i: i.key, tenant="none")
+    async def polled(ctx):
+        ran.append(ctx.input.key)
+
+    worker = Worker(
+        registry,
+        database_url,
+        listen=True,
+        poll_floor=timedelta(milliseconds=50),
+        idle_ceiling=timedelta(milliseconds=400),
+        woken_idle_ceiling=timedelta(milliseconds=400),
+    )
+
+    async def scenario():
+        runner = asyncio.ensure_future(worker.run())
+        for _ in range(200):
+            if worker._wake is not None and worker._wake.proven:
+                break
+            await asyncio.sleep(0.02)
+        listener_pid = worker._wake._connection.info.backend_pid  # type: ignore[union-attr]
+        await asyncio.to_thread(
+            _rows, database_url, "select pg_terminate_backend(%s)", [listener_pid]
+        )
+        await asyncio.to_thread(polled.enqueue, {"key": "after-the-loss"})
+        for _ in range(250):
+            if ran:
+                break
+            await asyncio.sleep(0.02)
+        worker.stop()
+        await runner
+
+    asyncio.run(scenario())
+    assert ran == ["after-the-loss"]
+
+
+def test_a_drain_during_a_claim_hands_the_claimed_rows_back(database_url):
+    """R100: rows a claim brings back after the drain began are handed back, uncounted."""
+    registry = _registry(database_url)
+
+    @registry.job(name="raced", input=Item, idempotency_key=lambda i: i.key, tenant="none")
+    async def raced(ctx):
+        raise AssertionError("nothing may start after the drain")
+
+    for n in range(3):
+        raced.enqueue({"key": f"k{n}"})
+    worker = Worker(registry, database_url, listen=False)
+    real_run = worker.db.run
+
+    async def drain_mid_claim(call):
+        answer = await real_run(call)
+        if call.function == "jobs.claim_v1" and answer:
+            worker.drain()  # SIGTERM lands while the claim was on the wire
+        return answer
+
+    worker.db.run = drain_mid_claim  # type: ignore[method-assign]
+    asyncio.run(worker.run())
+    assert (
+        _rows(database_url, "select state, attempt from jobs.jobs order by id")
+        == [("ready", 0)] * 3
+    )
