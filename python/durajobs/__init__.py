@@ -6,11 +6,13 @@ thin shim that installs them and calls them.
 
 from __future__ import annotations
 
+import logging
+
 from durajobs import calls
 from durajobs.client import SCHEMA_VERSION, Client, check_schema, execute, execute_async
 from durajobs.declarations import Job, Registry, Settled
 from durajobs.errors import DurajobsError
-from durajobs.execution import JobContext, JobExecution, Outcome
+from durajobs.execution import JobContext, JobExecution, Outcome, SyncJobContext
 from durajobs.migrations import downgrade, migrate
 from durajobs.records import ClaimedJob, EnqueueResult, QueueStat, SettleResult, StepRecord
 from durajobs.retry import ErrorClass, RetryPolicy, register_error_class
@@ -38,6 +40,7 @@ __all__ = [
     "Settled",
     "StepRecord",
     "StepStatus",
+    "SyncJobContext",
     "Worker",
     "calls",
     "check_schema",
@@ -47,3 +50,6 @@ __all__ = [
     "migrate",
     "register_error_class",
 ]
+
+# a library logs, the application decides where to: nothing reaches stderr unless configured
+logging.getLogger("durajobs").addHandler(logging.NullHandler())

@@ -84,13 +84,13 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
     url = args.database_url or os.environ.get("DATABASE_URL")
     if url:
-        run_demo(url, jobs=args.jobs)
+        run_demo(url, users=args.users)
         return 0
     from durajobs.embedded import embedded_postgres
 
     print("no DATABASE_URL: starting an embedded Postgres for the demo")
     with embedded_postgres() as embedded_url:
-        run_demo(embedded_url, jobs=args.jobs)
+        run_demo(embedded_url, users=args.users)
     return 0
 
 
@@ -164,7 +164,7 @@ def _parser() -> argparse.ArgumentParser:
     worker_command.set_defaults(run=_cmd_worker)
 
     demo_command = with_database(commands.add_parser("demo", help="run the demo"))
-    demo_command.add_argument("--jobs", type=int, default=200, help="how many jobs (200)")
+    demo_command.add_argument("--users", type=int, default=40, help="sign-ups to process (40)")
     demo_command.set_defaults(run=_cmd_demo)
     return parser
 

@@ -1,115 +1,217 @@
-"""The demo: install the schema, enqueue from SQL and from Python, claim, settle, report.
+"""The demo: a real worker doing real work on a real Postgres.
 
-Run by `durajobs demo` (the README's first command). With no DATABASE_URL it runs on an
-embedded Postgres that it removes afterwards.
+It installs the schema, enqueues a batch from plain SQL (as a Go or Node service would) and from
+Python, then runs a worker until every job has settled: durable steps, a retry, a sleep that
+parks the run, and a dead letter, with a progress bar and a closing summary.
+Run by `durajobs demo` (the README's first command); with no DATABASE_URL it runs on an embedded
+Postgres that it removes afterwards.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
+import sys
 import time
 from collections.abc import Callable
 from datetime import timedelta
+from typing import Any
 
 import psycopg
+from pydantic import BaseModel
 
 from durajobs.client import Client
+from durajobs.declarations import Registry
+from durajobs.errors import DurajobsError
+from durajobs.execution import JobContext, SyncJobContext
 from durajobs.migrations import migrate
-from durajobs.records import QueueStat
-from durajobs.states import NackTarget
+from durajobs.retry import ErrorClass, RetryPolicy, register_error_class
+from durajobs.worker import Worker
 
 Print = Callable[[str], None]
 
-WORKER_ID = "demo-worker"
-QUEUES = ("emails", "reports")
+
+class Signup(BaseModel):
+    user_id: int
 
 
-def _enqueue_from_sql(database_url: str, count: int) -> int:
-    """Enqueue the way a Go or Node service would: plain SQL, named arguments."""
+class CardDeclined(DurajobsError):
+    """A terminal failure: retrying a declined card only annoys the bank."""
+
+    code = "X_DEMO_CARD_DECLINED"
+    fix = "ask the customer for another card"
+
+
+register_error_class(CardDeclined.code, ErrorClass.TERMINAL)
+
+
+def build_registry(database_url: str) -> Registry:
+    """Declare the demo's jobs."""
+    registry = Registry(database_url=database_url)
+
+    @registry.job(
+        name="send-welcome",
+        input=Signup,
+        queue="emails",
+        idempotency_key=lambda s: f"welcome:{s.user_id}",
+        tenant="none",
+    )
+    async def send_welcome(ctx: JobContext[Signup]) -> str:
+        body = await ctx.step.run("render", lambda: f"Welcome, user {ctx.input.user_id}!")
+        await ctx.step.run("send", lambda: {"to": ctx.input.user_id, "bytes": len(body)})
+        return "sent"
+
+    @registry.job(
+        name="sync-crm",
+        input=Signup,
+        queue="crm",
+        idempotency_key=lambda s: f"crm:{s.user_id}",
+        tenant="none",
+        retry=RetryPolicy.of(attempts=3, delay="200ms", jitter=False),
+    )
+    def sync_crm(ctx: SyncJobContext[Signup]) -> None:
+        ctx.step.run("look-up", lambda: {"crm_id": 1000 + ctx.input.user_id})
+        if ctx.input.user_id % 10 == 3 and ctx.attempt == 1:
+            raise ConnectionError("the CRM answered 503")  # retried, its step not redone
+
+    @registry.job(
+        name="follow-up",
+        input=Signup,
+        queue="emails",
+        idempotency_key=lambda s: f"follow-up:{s.user_id}",
+        tenant="none",
+    )
+    async def follow_up(ctx: JobContext[Signup]) -> None:
+        await ctx.step.run("note", lambda: "signed up")
+        await ctx.step.sleep("wait-a-moment", "1s")  # parks the run: no process waits
+        await ctx.step.run("nudge", lambda: "how is it going?")
+
+    @registry.job(
+        name="charge-card",
+        input=Signup,
+        queue="billing",
+        idempotency_key=lambda s: f"charge:{s.user_id}",
+        tenant="none",
+        retry=RetryPolicy.of(attempts=5),
+    )
+    async def charge_card(ctx: JobContext[Signup]) -> None:
+        if ctx.input.user_id == 13:
+            raise CardDeclined(f"card of user {ctx.input.user_id} declined")
+
+    return registry
+
+
+def _enqueue_from_sql(database_url: str, users: range) -> int:
+    """Enqueue the way any other language would: plain SQL, named arguments."""
     requests = [
         {
-            "name": "send-email",
+            "name": "send-welcome",
             "queue": "emails",
-            "input": {"to": f"user{n}@example.com"},
+            "input": {"user_id": n},
             "idempotency_key": f"welcome:{n}",
         }
-        for n in range(count)
+        for n in users
     ]
     with psycopg.connect(database_url, autocommit=True) as connection:
-        connection.execute(
-            "select * from jobs.enqueue(name => 'send-email', queue => 'emails',"
-            " input => '{\"to\": \"ops@example.com\"}', idempotency_key => 'welcome:ops')"
-        )
         rows = connection.execute(
             "select * from jobs.enqueue_many(requests => %s::jsonb)", [json.dumps(requests)]
         ).fetchall()
-    return 1 + len(rows)
+    return len(rows)
 
 
-def _print_stats(stats: list[QueueStat], say: Print) -> None:
-    say(f"  {'queue':<10}{'ready':>7}{'delayed':>9}{'running':>9}{'suspended':>11}{'dead':>6}")
-    for stat in stats:
-        say(
-            f"  {stat.queue:<10}{stat.ready:>7}{stat.delayed:>9}{stat.running:>9}"
-            f"{stat.suspended:>11}{stat.dead:>6}"
-        )
+def _bar(done: int, total: int, width: int = 30) -> str:
+    filled = width * done // max(total, 1)
+    return "[" + "#" * filled + "-" * (width - filled) + f"] {done}/{total}"
 
 
-def run_demo(database_url: str, *, jobs: int = 200, say: Print = print) -> dict[str, int]:
-    """Run the demo against `database_url`; answer the counts it printed in its summary."""
+def _counts(client: Client) -> dict[str, int]:
+    rows = client.connection.execute(
+        "select state, count(*) from jobs.jobs group by state"
+    ).fetchall()
+    return {state: count for state, count in rows}
+
+
+async def _work(registry: Registry, database_url: str, total: int, say: Print) -> Worker:
+    worker = Worker(registry, database_url, concurrency=8)
+    runner = asyncio.ensure_future(worker.run())
+    interactive = sys.stdout.isatty()
+    with Client.connect(database_url) as client:
+        while True:
+            counts = await asyncio.to_thread(_counts, client)
+            settled = sum(counts.get(state, 0) for state in ("done", "dead", "failed"))
+            if interactive:
+                print(f"\r  {_bar(settled, total)}", end="", flush=True)
+            if settled >= total:
+                break
+            await asyncio.sleep(0.1)
+    if interactive:
+        print()
+    else:
+        say(f"  {_bar(total, total)}")
+    worker.stop()
+    await runner
+    return worker
+
+
+def run_demo(database_url: str, *, users: int = 40, say: Print = print) -> dict[str, Any]:
+    """Run the demo against `database_url`; answer the figures its summary printed."""
     started = time.perf_counter()
     say("durajobs demo")
     migrate(database_url)
     say("  schema installed (alembic upgrade head)")
+    registry = build_registry(database_url)
 
-    from_sql = _enqueue_from_sql(database_url, jobs // 2)
-    say(f"  enqueued {from_sql} jobs from plain SQL (jobs.enqueue, jobs.enqueue_many)")
+    from_sql = _enqueue_from_sql(database_url, range(users))
+    jobs = {name: registry.get(name) for name in ("sync-crm", "follow-up", "charge-card")}
+    from_python = 0
+    for n in range(users):
+        for name in ("sync-crm", "charge-card"):
+            jobs[name].enqueue({"user_id": n})  # type: ignore[union-attr]
+            from_python += 1
+    for n in range(0, users, 10):
+        jobs["follow-up"].enqueue({"user_id": n})  # type: ignore[union-attr]
+        from_python += 1
+    again = jobs["charge-card"].enqueue({"user_id": 0})  # type: ignore[union-attr]
+    say(
+        f"  enqueued {from_sql} jobs from plain SQL and {from_python} from Python;"
+        f" enqueueing charge:0 again deduped={again.deduped}"
+    )
+
+    total = from_sql + from_python
+    say(f"  a worker runs them (queues {', '.join(registry.queues())}, 8 slots each):")
+    worker = asyncio.run(_work(registry, database_url, total, say))
 
     with Client.connect(database_url) as client:
-        batch = client.enqueue_many(
-            [
-                {
-                    "name": "build-report",
-                    "queue": "reports",
-                    "input": {"report": n},
-                    "idempotency_key": f"report:{n}",
-                }
-                for n in range(jobs - jobs // 2)
-            ]
-        )
-        again = client.enqueue("build-report", {"report": 0}, "report:0", queue="reports")
-        say(
-            f"  enqueued {len(batch)} jobs from Python; enqueueing report:0 again "
-            f"deduped={again.deduped} onto the same id"
-        )
-        say("  before the worker:")
-        _print_stats(client.queue_stats(list(QUEUES)), say)
-
-        acked = retried = 0
-        while True:
-            claimed = client.claim(
-                list(QUEUES), WORKER_ID, batch_size=50, visibility=timedelta(seconds=30)
-            )
-            if not claimed:
-                break
-            failing = [job for job in claimed if job.input.get("report") == 7 and job.attempt == 1]
-            for job in failing:
-                # one attempt fails and is retried at once: attempts are counted on the row
-                client.nack(
-                    job.id,
-                    WORKER_ID,
-                    job.claim,
-                    next_state=NackTarget.READY,
-                    error="printer on fire",
-                    error_code="X_DEMO_FLAKY",
-                )
-                retried += 1
-            done = [job for job in claimed if job not in failing]
-            results = client.ack_many(WORKER_ID, [j.id for j in done], [j.claim for j in done])
-            acked += sum(result.landed for result in results)
-
-        say(f"  claimed and acked {acked} jobs ({retried} failed once and were retried)")
-        say("  after the worker:")
-        _print_stats(client.queue_stats(list(QUEUES)), say)
-    say(f"  finished in {time.perf_counter() - started:.2f}s")
-    return {"enqueued": from_sql + len(batch), "acked": acked, "retried": retried}
+        counts = _counts(client)
+        retried = client.connection.execute(
+            "select count(*) from jobs.jobs where state = 'done' and attempt > 1"
+        ).fetchone()
+        dead = client.connection.execute(
+            "select name, attempt, last_error from jobs.jobs where state = 'dead'"
+        ).fetchall()
+    outcomes = worker.stats().outcomes
+    say("  summary:")
+    say(
+        f"    done {counts.get('done', 0)}, dead {counts.get('dead', 0)}, "
+        f"failed {counts.get('failed', 0)} of {total} jobs"
+    )
+    say(
+        f"    attempts: {outcomes.get('completed', 0)} completed, "
+        f"{outcomes.get('retried', 0)} retried, {outcomes.get('suspended', 0)} suspended "
+        f"(sleeping without a process), {outcomes.get('dead-lettered', 0)} dead-lettered"
+    )
+    say(
+        f"    {retried[0] if retried else 0} jobs succeeded on a later attempt, replaying their"
+        " stored steps"
+    )
+    for name, attempt, last_error in dead:
+        say(f"    dead letter: {name} after attempt {attempt}: {last_error}")
+    say(f"  finished in {time.perf_counter() - started:.1f}s")
+    return {
+        "total": total,
+        "done": counts.get("done", 0),
+        "dead": counts.get("dead", 0),
+        "outcomes": outcomes,
+        "dedupe": again.deduped,
+        "visibility": timedelta(seconds=30),
+    }

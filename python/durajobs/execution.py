@@ -71,9 +71,7 @@ class Lease(Protocol):
 
 
 @dataclass
-class JobContext(Generic[I]):
-    """What a handler receives."""
-
+class _Context(Generic[I]):
     input: I
     job: str
     job_id: UUID
@@ -83,7 +81,6 @@ class JobContext(Generic[I]):
     max_attempts: int
     tenant_id: str | None
     enqueued_by: str | None
-    step: AsyncSteps | SyncSteps
     signal: CancelSignal
 
     @property
@@ -94,6 +91,20 @@ class JobContext(Generic[I]):
     def cancelled(self) -> bool:
         """True once the attempt is cancelled: stop and return or raise."""
         return self.signal.is_set
+
+
+@dataclass
+class JobContext(_Context[I]):
+    """What an `async def` handler receives: `await ctx.step.run(...)`."""
+
+    step: AsyncSteps = field(kw_only=True)
+
+
+@dataclass
+class SyncJobContext(_Context[I]):
+    """What a plain `def` handler receives (it runs in a thread): `ctx.step.run(...)`."""
+
+    step: SyncSteps = field(kw_only=True)
 
 
 @dataclass
@@ -233,20 +244,22 @@ async def execute(
     suspension: StepSuspension | None = None
     try:
         model = job.parse(claimed.input)
-        loop = asyncio.get_running_loop()
-        steps: AsyncSteps | SyncSteps = AsyncSteps(book) if job.is_async else SyncSteps(book, loop)
-        context: JobContext[Any] = JobContext(
-            input=model,
-            job=claimed.name,
-            job_id=claimed.id,
-            run_id=claimed.run_id,
-            queue=claimed.queue,
-            attempt=claimed.attempt,
-            max_attempts=claimed.max_attempts,
-            tenant_id=claimed.tenant_id,
-            enqueued_by=claimed.enqueued_by,
-            step=steps,
-            signal=signal,
+        fields: dict[str, Any] = {
+            "input": model,
+            "job": claimed.name,
+            "job_id": claimed.id,
+            "run_id": claimed.run_id,
+            "queue": claimed.queue,
+            "attempt": claimed.attempt,
+            "max_attempts": claimed.max_attempts,
+            "tenant_id": claimed.tenant_id,
+            "enqueued_by": claimed.enqueued_by,
+            "signal": signal,
+        }
+        context: JobContext[Any] | SyncJobContext[Any] = (
+            JobContext(**fields, step=AsyncSteps(book))
+            if job.is_async
+            else SyncJobContext(**fields, step=SyncSteps(book, asyncio.get_running_loop()))
         )
         result = await _run_body(
             job, context, signal, on_late=lambda: _late(claimed, finish, on_abandoned)
@@ -332,7 +345,7 @@ async def execute(
 
 async def _run_body(
     job: Job[Any],
-    context: JobContext[Any],
+    context: JobContext[Any] | SyncJobContext[Any],
     signal: CancelSignal,
     on_late: Callable[[], None],
 ) -> Any:

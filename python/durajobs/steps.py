@@ -14,7 +14,7 @@ import threading
 from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar, overload
 
 from durajobs.durations import Duration, parse_duration
 from durajobs.errors import Aborted, JobTimeout, StepDuplicate, StepOutputInvalid
@@ -139,7 +139,13 @@ class AsyncSteps:
     def __init__(self, book: _StepBook) -> None:
         self._book = book
 
-    async def run(self, name: str, fn: Callable[..., Awaitable[T] | T]) -> T:
+    @overload
+    async def run(self, name: str, fn: Callable[..., Awaitable[T]]) -> T: ...
+
+    @overload
+    async def run(self, name: str, fn: Callable[..., T]) -> T: ...
+
+    async def run(self, name: str, fn: Callable[..., Any]) -> Any:
         """Run `fn` once ever for this run and store its result; replay it on later attempts.
 
         `fn` may be sync or async and may take one argument, the step's CancelSignal.
@@ -147,7 +153,7 @@ class AsyncSteps:
         """
         replay = self._book.begin(name)
         if replay is not None:
-            return replay.output  # type: ignore[no-any-return]
+            return replay.output
         self._book.signal.raise_if_set()
         signal, timer = self._book.step_signal()
         try:
@@ -168,7 +174,7 @@ class AsyncSteps:
         self._book.signal.raise_if_set()
         await self._book.writer.record_step(name, StepStatus.COMPLETED, output=output)
         self._book.ran.append(name)
-        return output  # type: ignore[no-any-return]
+        return output
 
     async def sleep(
         self, name_or_duration: str | Duration, duration: Duration | None = None

@@ -92,20 +92,28 @@ def test_an_unmigrated_database_names_durajobs_migrate(empty_database_url):
     assert "durajobs migrate" in done.stderr
 
 
-def test_the_demo_runs_every_job_against_a_given_database(empty_database_url):
-    done = _durajobs("demo", "--jobs", "40", env_url=empty_database_url)
+def test_the_demo_runs_a_real_worker_against_a_given_database(empty_database_url):
+    done = _durajobs("demo", "--users", "20", env_url=empty_database_url)
     assert done.returncode == 0, done.stderr
     assert "deduped=True" in done.stdout
-    assert "claimed and acked 41 jobs (1 failed once and were retried)" in done.stdout
+    assert "[##############################] 62/62" in done.stdout
+    assert "dead letter: charge-card after attempt 1: X_DEMO_CARD_DECLINED" in done.stdout
     with psycopg.connect(empty_database_url) as connection:
-        states = connection.execute("select state, count(*) from jobs.jobs group by 1").fetchall()
-        retried = connection.execute("select attempt from jobs.jobs where attempt > 1").fetchall()
-    assert states == [("done", 41)]
-    assert retried == [(2,)]
+        states = dict(connection.execute("select state, count(*) from jobs.jobs group by 1"))
+        retried = connection.execute(
+            "select name, attempt from jobs.jobs where attempt > 1 order by 1"
+        ).fetchall()
+        slept = connection.execute(
+            "select count(*) from jobs.steps where name = 'wait-a-moment' and status = 'completed'"
+        ).fetchone()
+    # 20 welcomes from SQL, 20 CRM syncs and 20 charges from Python, 2 follow-ups that sleep
+    assert states == {"done": 61, "dead": 1}
+    assert retried == [("sync-crm", 2), ("sync-crm", 2)]  # users 3 and 13 failed once
+    assert slept == (2,)
 
 
 def test_the_demo_runs_on_an_embedded_postgres_without_a_database_url():
-    done = _durajobs("demo", "--jobs", "10")
+    done = _durajobs("demo", "--users", "5")
     assert done.returncode == 0, done.stderr
     assert "embedded Postgres" in done.stdout
-    assert "claimed and acked 11 jobs" in done.stdout
+    assert "summary:" in done.stdout
