@@ -13,6 +13,7 @@ import logging
 import time
 import traceback
 from collections.abc import Awaitable, Callable
+from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
@@ -172,8 +173,12 @@ async def execute(
     signal: CancelSignal,
     lease: Lease,
     on_abandoned: Callable[[JobExecution], None] | None = None,
+    executor: Executor | None = None,
 ) -> JobExecution:
-    """Run one claimed attempt and settle it; never raises for anything the job did."""
+    """Run one claimed attempt and settle it; never raises for anything the job did.
+
+    A plain `def` handler runs on `executor` (the loop's default when None).
+    """
     started = time.monotonic()
     job = registry.get(claimed.name)
 
@@ -262,7 +267,11 @@ async def execute(
             else SyncJobContext(**fields, step=SyncSteps(book, asyncio.get_running_loop()))
         )
         result = await _run_body(
-            job, context, signal, on_late=lambda: _late(claimed, finish, on_abandoned)
+            job,
+            context,
+            signal,
+            on_late=lambda: _late(claimed, finish, on_abandoned),
+            executor=executor,
         )
     except StepSuspension as parked:
         suspension = parked
@@ -348,6 +357,7 @@ async def _run_body(
     context: JobContext[Any] | SyncJobContext[Any],
     signal: CancelSignal,
     on_late: Callable[[], None],
+    executor: Executor | None,
 ) -> Any:
     """Run the handler until it ends or the signal is set.
 
@@ -361,7 +371,7 @@ async def _run_body(
         task = asyncio.ensure_future(job.handler(context))
         signal.on_cancel(lambda _reason: loop.call_soon_threadsafe(task.cancel))
     else:
-        task = asyncio.ensure_future(asyncio.to_thread(job.handler, context))
+        task = asyncio.ensure_future(loop.run_in_executor(executor, job.handler, context))
     stopped: asyncio.Future[None] = loop.create_future()
     signal.on_cancel(lambda _reason: loop.call_soon_threadsafe(_resolve, stopped))
     await asyncio.wait({task, stopped}, return_when=asyncio.FIRST_COMPLETED)

@@ -119,6 +119,7 @@ class Worker:
         self._outcomes: Counter[str] = Counter()
         self.executions: list[JobExecution] = []
         self.keep_executions = False
+        self._executor: ThreadPoolExecutor | None = None
         self.idle_waits: list[
             float
         ] = []  # the idle backoff as it happened, for operators and tests
@@ -168,7 +169,9 @@ class Worker:
     async def run(self, *, install_signal_handlers: bool = False) -> None:
         """Run until `stop()` or `drain()`; the drain waits at most `drain_deadline`."""
         loop = asyncio.get_running_loop()
-        loop.set_default_executor(ThreadPoolExecutor(max_workers=max(self.capacity, 4)))
+        # plain def handlers get a thread per slot, on a pool of the worker's own
+        executor = ThreadPoolExecutor(max_workers=self.capacity, thread_name_prefix="durajobs-job")
+        self._executor = executor
         if install_signal_handlers:
             for number in (signals.SIGTERM, signals.SIGINT):
                 loop.add_signal_handler(number, self.drain)
@@ -195,6 +198,7 @@ class Worker:
             if install_signal_handlers:
                 for number in (signals.SIGTERM, signals.SIGINT):
                     loop.remove_signal_handler(number)
+            executor.shutdown(wait=False, cancel_futures=True)
             self._stopped.set()
             log.info("jobs.worker.stopped", extra={"worker": self.worker_id})
 
@@ -359,6 +363,7 @@ class Worker:
                 worker_id=self.worker_id,
                 signal=signal,
                 lease=keeper,
+                executor=self._executor,
             )
             self._outcomes[execution.outcome] += 1
             if self.keep_executions:
