@@ -60,6 +60,8 @@ class Settled:
     attempt: int
     error: str | None = None
     code: str | None = None
+    input: Any = None  # the stored input, as JSON
+    result: Any = None  # what the handler returned, for a completed ending
 
 
 @dataclass(eq=False)

@@ -47,6 +47,7 @@ I = TypeVar("I", bound=BaseModel)  # noqa: E741
 UNKNOWN_JOB_PARK = timedelta(seconds=30)
 ON_SETTLED_TRIES = 3
 UNWIND_GRACE_SECONDS = 0.5
+MAX_STATED_WAIT_SECONDS = 365 * 24 * 3600.0  # a NaN fails the >= test; inf lands here
 
 
 class Outcome(StrEnum):
@@ -156,11 +157,13 @@ def _error_text(error: BaseException) -> str:
 
 
 def _retry_after(error: BaseException) -> timedelta | None:
+    """The wait an error states (seconds or a timedelta); anything enormous is capped, since
+    the policy's max_delay clamps it anyway."""
     stated = getattr(error, "retry_after", None)
     if isinstance(stated, timedelta):
-        return stated
-    if isinstance(stated, int | float) and stated >= 0:
-        return timedelta(seconds=stated)
+        return stated if stated >= timedelta(0) else None
+    if isinstance(stated, int | float) and not isinstance(stated, bool) and stated >= 0:
+        return timedelta(seconds=min(float(stated), MAX_STATED_WAIT_SECONDS))
     return None
 
 
@@ -535,6 +538,8 @@ async def _on_settled(job: Job[Any], claimed: ClaimedJob, execution: JobExecutio
         attempt=claimed.attempt,
         error=execution.error,
         code=execution.code,
+        input=claimed.input,
+        result=execution.result,
     )
     for attempt in range(1, ON_SETTLED_TRIES + 1):
         try:

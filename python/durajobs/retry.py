@@ -78,6 +78,22 @@ class RetryPolicy:
     jitter: bool = True
     dead_letter: bool = True
 
+    def __post_init__(self) -> None:
+        # every construction is checked, RetryPolicy(...) as much as RetryPolicy.of(...)
+        positive_count(self.attempts, field="retry.attempts")
+        if self.backoff not in ("exponential", "linear", "fixed"):
+            raise DeclarationInvalid(
+                f"retry.backoff must be exponential, linear or fixed, got {self.backoff!r}",
+                detail={"field": "retry.backoff"},
+            )
+        for name in ("delay", "max_delay"):
+            value = getattr(self, name)
+            if not isinstance(value, timedelta) or value <= timedelta(0):
+                raise DeclarationInvalid(
+                    f"retry.{name} must be a positive timedelta, got {value!r}",
+                    detail={"field": f"retry.{name}"},
+                )
+
     @classmethod
     def of(
         cls,
@@ -106,14 +122,15 @@ class RetryPolicy:
 
     def base_delay(self, attempt: int) -> timedelta:
         """The delay after failed attempt `attempt` (1-based), before jitter, clamped."""
+        # in float seconds, clamped before it becomes a timedelta: no attempt number overflows
+        step = self.delay.total_seconds()
         if self.backoff == "exponential":
-            # capped exponent: the clamp below applies long before, and timedelta cannot overflow
-            raw = self.delay * (1 << min(attempt - 1, 32))
+            raw = step * 2.0 ** min(attempt - 1, 64)
         elif self.backoff == "linear":
-            raw = self.delay * min(attempt, 1 << 32)
+            raw = step * attempt
         else:
-            raw = self.delay
-        return min(raw, self.max_delay)
+            raw = step
+        return timedelta(seconds=min(raw, self.max_delay.total_seconds()))
 
     def schedule(self) -> list[timedelta]:
         """Every delay ahead of a fresh job, before jitter: attempts - 1 of them."""

@@ -159,7 +159,11 @@ class AsyncSteps:
         try:
             arguments = (signal,) if _takes_signal(fn) else ()
             if inspect.iscoroutinefunction(fn):
-                output = await _until_cancelled(fn(*arguments), signal)
+                try:
+                    output = await _until_cancelled(fn(*arguments), signal)
+                except Aborted:
+                    # the step's own ceiling cancelled it: that is a timeout naming the step
+                    raise self._book.timed_out(name, signal) or _aborted(signal) from None
             else:
                 output = await asyncio.to_thread(fn, *arguments)
                 if signal.is_set:
