@@ -633,3 +633,111 @@ def test_a_drain_during_a_claim_hands_the_claimed_rows_back(database_url):
         _rows(database_url, "select state, attempt from jobs.jobs order by id")
         == [("ready", 0)] * 3
     )
+
+
+def test_a_listener_that_never_hears_its_probe_stays_unverified(database_url, caplog):
+    """R59: a proxy that swallows LISTEN must not raise the idle ceiling."""
+    from durajobs.wake import QueueWake
+
+    async def scenario():
+        async def swallowed(token):
+            return None  # the probe never reaches the listener
+
+        wake = QueueWake(database_url, {"default"}, lambda queue: None, swallowed)
+        wake.start()
+        await asyncio.sleep(2.5)  # past the probe's 2 s window
+        proven = wake.proven
+        await wake.stop()
+        return proven
+
+    with caplog.at_level(logging.INFO, logger="durajobs"):
+        assert asyncio.run(scenario()) is False
+    messages = [r.getMessage() for r in caplog.records]
+    assert messages.count("jobs.wake.unverified") == 1
+    assert "jobs.wake.live" not in messages
+
+
+def test_a_proven_wake_raises_the_idle_ceiling(database_url):
+    registry = _registry(database_url)
+    worker = Worker(
+        registry,
+        database_url,
+        queues=["quiet"],
+        listen=True,
+        poll_floor=timedelta(milliseconds=10),
+        idle_ceiling=timedelta(milliseconds=40),
+        woken_idle_ceiling=timedelta(milliseconds=160),
+    )
+
+    async def scenario():
+        runner = asyncio.ensure_future(worker.run())
+        for _ in range(200):
+            if worker._wake is not None and worker._wake.proven:
+                break
+            await asyncio.sleep(0.02)
+        proven_at = len(worker.idle_waits)
+        await asyncio.sleep(1.0)
+        worker.stop()
+        await runner
+        return worker.idle_waits[proven_at:]
+
+    assert 0.16 in asyncio.run(scenario())
+
+
+def test_a_queue_no_job_names_is_polled_and_reported_once(database_url, caplog):
+    registry = _registry(database_url)
+    ran: list[str] = []
+
+    @registry.job(name="rerouted", input=Item, idempotency_key=lambda i: i.key, tenant="none")
+    async def rerouted(ctx):
+        ran.append(ctx.queue)
+
+    rerouted.enqueue({"key": "k"}, queue="elsewhere")
+    worker = Worker(registry, database_url, queues=["elsewhere"], listen=False)
+    with caplog.at_level(logging.INFO, logger="durajobs"):
+        asyncio.run(_run_until(worker, lambda: ran == ["elsewhere"]))
+    reports = [r for r in caplog.records if r.getMessage() == "jobs.worker.queue-unregistered"]
+    assert [getattr(r, "queue", None) for r in reports] == ["elsewhere"]
+
+
+def test_an_ack_that_fails_is_not_a_job_failure(database_url, caplog):
+    """R101: settling is not part of the retry decision; the lease brings the job back."""
+    registry = _registry(database_url)
+
+    @registry.job(name="acked", input=Item, idempotency_key=lambda i: i.key, tenant="none")
+    async def acked(ctx):
+        return None
+
+    job = acked.enqueue({"key": "k"})
+    worker = Worker(registry, database_url, listen=False)
+    worker.keep_executions = True
+    real_run = worker.db.run
+
+    async def failing_ack(call):
+        if call.function == "jobs.ack_v1":
+            raise psycopg.OperationalError("connection reset while acking")
+        return await real_run(call)
+
+    worker.db.run = failing_ack  # type: ignore[method-assign]
+    with caplog.at_level(logging.ERROR, logger="durajobs"):
+        asyncio.run(_run_until(worker, lambda: bool(worker.executions)))
+    assert worker.executions[0].outcome is durajobs.Outcome.UNOWNED
+    assert any(r.getMessage() == "jobs.settle.failed" for r in caplog.records)
+    assert _rows(
+        database_url, "select state, attempt, last_error from jobs.jobs where id = %s", [job.id]
+    ) == [("running", 1, None)]
+
+
+def test_a_sleep_due_within_a_minute_resumes_on_a_local_timer(database_url):
+    registry = _registry(database_url)
+    finished: list[str] = []
+
+    @registry.job(name="napper", input=Item, idempotency_key=lambda i: i.key, tenant="none")
+    async def napper(ctx):
+        await ctx.step.sleep("nap", "300ms")
+        finished.append(ctx.input.key)
+
+    napper.enqueue({"key": "k"})
+    # the idle ceiling is a minute: only the local timer resumes it within the test's bound
+    worker = Worker(registry, database_url, listen=False, idle_ceiling=timedelta(minutes=1))
+    asyncio.run(_run_until(worker, lambda: finished == ["k"], timeout=15))
