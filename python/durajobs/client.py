@@ -21,6 +21,8 @@ from durajobs.states import HeartbeatAnswer, NackTarget, StepStatus
 
 T = TypeVar("T")
 
+# the oldest schema this package speaks; a newer one keeps the versioned worker protocol
+# (claim_v1, ...) it was built against for one release, so a rolling deploy runs both
 SCHEMA_VERSION = 1
 
 # undefined_function, invalid_schema_name, undefined_table: the schema is not installed
@@ -52,14 +54,15 @@ async def execute_async(connection: psycopg.AsyncConnection[Any], call: Call[T])
 def _mismatch(installed: int | None) -> SchemaVersionMismatch:
     found = "no jobs schema" if installed is None else f"jobs schema version {installed}"
     return SchemaVersionMismatch(
-        f"this durajobs speaks jobs schema version {SCHEMA_VERSION}, the database has {found}; "
+        f"this durajobs needs jobs schema version {SCHEMA_VERSION} or newer, the database has"
+        f" {found}; "
         "run `durajobs migrate --database-url ...`",
         detail={"expected": SCHEMA_VERSION, "installed": installed},
     )
 
 
 def check_schema(connection: psycopg.Connection[Any]) -> None:
-    """Raise X_SCHEMA_VERSION_MISMATCH unless the database holds the schema this package speaks."""
+    """Raise X_SCHEMA_VERSION_MISMATCH when the schema is missing or older than this package."""
     try:
         with connection.transaction():
             installed = execute(connection, calls.version())
@@ -67,7 +70,7 @@ def check_schema(connection: psycopg.Connection[Any]) -> None:
         if error.sqlstate in _NOT_INSTALLED:
             raise _mismatch(None) from error
         raise
-    if installed != SCHEMA_VERSION:
+    if installed < SCHEMA_VERSION:
         raise _mismatch(installed)
 
 
@@ -80,7 +83,7 @@ async def check_schema_async(connection: psycopg.AsyncConnection[Any]) -> None:
         if error.sqlstate in _NOT_INSTALLED:
             raise _mismatch(None) from error
         raise
-    if installed != SCHEMA_VERSION:
+    if installed < SCHEMA_VERSION:
         raise _mismatch(installed)
 
 

@@ -127,7 +127,7 @@ class Job(Generic[I]):
             tenant_id = None if self.tenant == NO_TENANT else self.tenant(model)
         if delay is not None and run_at is not None:
             raise DeclarationInvalid("pass delay or run_at, not both", detail={"job": self.name})
-        if delay is not None:
+        if delay is not None and delay not in (0, timedelta(0)):
             run_at = datetime.now(UTC) + parse_duration(delay, field="delay")
         return calls.enqueue(
             self.name,
@@ -196,22 +196,60 @@ class Job(Generic[I]):
         return await self.registry.run_async(call, using)
 
     def as_(
-        self, actor: Actor, input: I | Mapping[str, Any], *, using: Using = None, **options: Any
+        self,
+        actor: Actor,
+        input: I | Mapping[str, Any],
+        *,
+        using: Using = None,
+        delay: Duration | None = None,
+        run_at: datetime | None = None,
+        queue: str | None = None,
+        run_id: UUID | None = None,
+        on_conflict: Literal["dedupe", "error"] = "dedupe",
+        priority: int | None = None,
     ) -> EnqueueResult:
         """Enqueue on behalf of `actor`: its org is the tenant, its id the enqueued_by."""
         call = self._enqueue_call(
             input,
-            delay=options.get("delay"),
-            run_at=options.get("run_at"),
-            queue=options.get("queue"),
-            run_id=options.get("run_id"),
-            on_conflict=options.get("on_conflict", "dedupe"),
-            priority=options.get("priority"),
+            delay=delay,
+            run_at=run_at,
+            queue=queue,
+            run_id=run_id,
+            on_conflict=on_conflict,
+            priority=priority,
             tenant_id=actor.org_id,
             enqueued_by=actor.id,
             stamp_tenant=False,
         )
         return self.registry.run(call, using)
+
+    async def as_async(
+        self,
+        actor: Actor,
+        input: I | Mapping[str, Any],
+        *,
+        using: psycopg.AsyncConnection[Any] | None = None,
+        delay: Duration | None = None,
+        run_at: datetime | None = None,
+        queue: str | None = None,
+        run_id: UUID | None = None,
+        on_conflict: Literal["dedupe", "error"] = "dedupe",
+        priority: int | None = None,
+    ) -> EnqueueResult:
+        """Async form of `as_`."""
+        call = self._enqueue_call(
+            input,
+            delay=delay,
+            run_at=run_at,
+            queue=queue,
+            run_id=run_id,
+            on_conflict=on_conflict,
+            priority=priority,
+            tenant_id=actor.org_id,
+            enqueued_by=actor.id,
+            stamp_tenant=False,
+        )
+        return await self.registry.run_async(call, using)
 
     def describe(self) -> dict[str, Any]:
         """A plain description for dashboards and manifests; never the key itself."""
@@ -330,6 +368,7 @@ class Registry:
                 "no database to enqueue into: pass using=<connection> or "
                 "Registry(database_url=...)",
                 detail={},
+                hint="durajobs.Registry(database_url=os.environ['DATABASE_URL'])",
             )
         return self.database_url
 

@@ -206,7 +206,7 @@ class Draining(DurajobsError):
 
 class JobMaxAttempts(DurajobsError):
     code = "X_JOB_MAX_ATTEMPTS"
-    fix = "durajobs requeue <id> once the cause is fixed"
+    fix = "fix the cause, then select jobs.requeue(id => '<job id>')"
 
 
 class ConfigInvalid(DurajobsError, ValueError):

@@ -9,10 +9,11 @@ logged and the lease brings the job back; it is never mistaken for a job failure
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
 import time
 import traceback
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -285,8 +286,13 @@ async def execute(
             deadline.cancel()
 
     execution_fields: dict[str, Any] = {"steps": book.ran, "replayed": book.replayed}
+    if isinstance(error, JobCancelled | JobLeaseLost) and signal.reason is None:
+        # a step write met the fence before the heartbeat did: the same verdict
+        signal.cancel(error)
     reason = signal.reason
-    if isinstance(reason, Draining):
+    # under a drain the verdict is the signal's, whatever the body did on its way out (returned
+    # early or raised): handed back uncounted. A run parked by a step stays parked.
+    if isinstance(reason, Draining) and suspension is None:
         landed = await _settle(
             db,
             lease,
@@ -385,9 +391,13 @@ async def _run_body(
         task.add_done_callback(lambda _task: on_late())
         raise Aborted("the attempt was cancelled and its body has not stopped", detail={})
     try:
-        return task.result()
+        result = task.result()
     except asyncio.CancelledError:
         raise Aborted("the attempt was cancelled", detail={}) from None
+    if inspect.isawaitable(result):
+        # a plain def (a decorator's wrapper, say) handed back the coroutine of the real body
+        return await result
+    return result
 
 
 def _resolve(future: asyncio.Future[None]) -> None:
@@ -527,32 +537,45 @@ async def _settle(db: Database, lease: Lease, call: calls.Call[bool], claimed: C
 
 
 async def _on_settled(job: Job[Any], claimed: ClaimedJob, execution: JobExecution) -> None:
-    """Call the job's on_settled once for this ending, up to 3 tries; it never changes the row."""
+    await notify_settled(
+        job,
+        Settled(
+            job=job.name,
+            job_id=claimed.id,
+            run_id=claimed.run_id,
+            outcome=str(execution.outcome),
+            attempt=claimed.attempt,
+            error=execution.error,
+            code=execution.code,
+            input=claimed.input,
+            result=execution.result,
+        ),
+    )
+
+
+async def notify_settled(job: Job[Any], settled: Settled) -> None:
+    """Call the job's on_settled once for this ending, up to 3 tries; it never changes the row.
+
+    A plain `def` hook runs in a thread, so a slow one never stalls the worker's loop.
+    """
     if job.on_settled is None:
         return
-    settled = Settled(
-        job=job.name,
-        job_id=claimed.id,
-        run_id=claimed.run_id,
-        outcome=str(execution.outcome),
-        attempt=claimed.attempt,
-        error=execution.error,
-        code=execution.code,
-        input=claimed.input,
-        result=execution.result,
-    )
+    hook = job.on_settled
     for attempt in range(1, ON_SETTLED_TRIES + 1):
         try:
-            answer = job.on_settled(settled)
-            if isinstance(answer, Awaitable):
-                await answer
+            if inspect.iscoroutinefunction(hook):
+                await hook(settled)
+            else:
+                answer = await asyncio.to_thread(hook, settled)
+                if inspect.isawaitable(answer):
+                    await answer
             return
         except Exception as failure:
             log.error(
                 "jobs.on-settled.failed",
                 extra={
                     "job": job.name,
-                    "id": str(claimed.id),
+                    "id": str(settled.job_id),
                     "try": attempt,
                     "error": _error_text(failure),
                 },

@@ -20,6 +20,7 @@ from durajobs.errors import ErrorCodeDuplicate
 DEFAULT_ATTEMPTS = 20
 DEFAULT_DELAY = timedelta(seconds=1)
 DEFAULT_MAX_DELAY = timedelta(hours=1)
+STATED_DELAY_SPREAD = 1.25  # a retry-after is spread over [d, 1.25 d]
 
 Backoff = Literal["exponential", "linear", "fixed"]
 
@@ -67,7 +68,8 @@ class RetryPolicy:
     """How many attempts a job gets and how long it waits between them.
 
     `attempts` counts every attempt (1 means no retry). Equal jitter (on by default) waits a
-    random time in [d/2, d], so retries handed out together do not wake together.
+    random time in [d/2, d], so retries handed out together do not wake together; a time an
+    error states (retry-after) is spread over [d, 1.25 d] instead, never before it.
     `dead_letter=False` ends an exhausted job 'failed' (dropped) instead of 'dead'.
     """
 
@@ -80,7 +82,7 @@ class RetryPolicy:
 
     def __post_init__(self) -> None:
         # every construction is checked, RetryPolicy(...) as much as RetryPolicy.of(...)
-        positive_count(self.attempts, field="retry.attempts")
+        object.__setattr__(self, "attempts", positive_count(self.attempts, field="retry.attempts"))
         if self.backoff not in ("exponential", "linear", "fixed"):
             raise DeclarationInvalid(
                 f"retry.backoff must be exponential, linear or fixed, got {self.backoff!r}",
@@ -144,7 +146,13 @@ class RetryPolicy:
         uniform: Callable[[float, float], float] = random.uniform,
     ) -> timedelta:
         """The wait before the next attempt, honouring a stated retry-after (clamped too)."""
-        base = self.base_delay(attempt) if retry_after is None else min(retry_after, self.max_delay)
+        if retry_after is not None:
+            # a stated time is a floor: spread later, never earlier than the other side asked
+            stated = min(retry_after, self.max_delay).total_seconds()
+            if not self.jitter:
+                return timedelta(seconds=stated)
+            return timedelta(seconds=uniform(stated, stated * STATED_DELAY_SPREAD))
+        base = self.base_delay(attempt)
         if not self.jitter:
             return base
         seconds = base.total_seconds()

@@ -17,7 +17,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol, TypeVar, overload
 
 from durajobs.durations import Duration, parse_duration
-from durajobs.errors import Aborted, JobTimeout, StepDuplicate, StepOutputInvalid
+from durajobs.errors import Aborted, ArgumentInvalid, JobTimeout, StepDuplicate, StepOutputInvalid
 from durajobs.records import StepRecord
 from durajobs.signals import CancelSignal
 from durajobs.states import StepStatus
@@ -68,7 +68,7 @@ class _StepBook:
 
     def begin(self, name: str) -> _Replay | None:
         if not isinstance(name, str) or not name:
-            raise StepDuplicate("a step needs a non-empty name", detail={"step": name})
+            raise ArgumentInvalid("a step needs a non-empty name", detail={"step": name})
         if name in self.used:
             raise StepDuplicate(
                 f"step {name!r} is used twice in one run; each step needs its own name",
@@ -81,9 +81,11 @@ class _StepBook:
             return _Replay(stored.output)
         return None
 
-    def check_output(self, name: str, output: Any) -> None:
+    def stored_form(self, name: str, output: Any) -> Any:
+        """Answer `output` as a replay will read it back (a tuple becomes a list), or raise
+        X_STEP_OUTPUT_INVALID: the first run and every replay see the same value."""
         try:
-            json.dumps(output, allow_nan=False)
+            return json.loads(json.dumps(output, allow_nan=False))
         except (TypeError, ValueError) as invalid:
             raise StepOutputInvalid(
                 f"step {name!r} returned {type(output).__name__}, which is not JSON: {invalid}",
@@ -126,11 +128,18 @@ class _StepBook:
 
 
 def _takes_signal(fn: Callable[..., Any]) -> bool:
+    """True when `fn` has a required positional parameter: the step's CancelSignal goes there.
+
+    `lambda item=item: ...` (a captured loop variable) has none and is called with nothing.
+    """
     try:
-        parameters = inspect.signature(fn).parameters
+        parameters = inspect.signature(fn).parameters.values()
     except (TypeError, ValueError):
         return False
-    return len(parameters) >= 1
+    return any(
+        p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and p.default is p.empty
+        for p in parameters
+    )
 
 
 class AsyncSteps:
@@ -166,6 +175,9 @@ class AsyncSteps:
                     raise self._book.timed_out(name, signal) or _aborted(signal) from None
             else:
                 output = await asyncio.to_thread(fn, *arguments)
+                if inspect.isawaitable(output):
+                    # `lambda: fetch()` hands back the coroutine of an async function
+                    output = await _until_cancelled(output, signal)
                 if signal.is_set:
                     raise self._book.timed_out(name, signal) or _aborted(self._book.signal)
         finally:
@@ -174,7 +186,7 @@ class AsyncSteps:
         timeout = self._book.timed_out(name, signal)
         if timeout is not None:
             raise timeout
-        self._book.check_output(name, output)
+        output = self._book.stored_form(name, output)
         self._book.signal.raise_if_set()
         await self._book.writer.record_step(name, StepStatus.COMPLETED, output=output)
         self._book.ran.append(name)
@@ -212,13 +224,15 @@ class SyncSteps:
         signal, timer = self._book.step_signal()
         try:
             output = fn(signal) if _takes_signal(fn) else fn()
+            if inspect.isawaitable(output):
+                output = self._on_loop(_until_cancelled(output, signal))
         finally:
             if timer is not None:
                 timer.cancel()
         timeout = self._book.timed_out(name, signal)
         if timeout is not None:
             raise timeout
-        self._book.check_output(name, output)
+        output = self._book.stored_form(name, output)
         self._book.signal.raise_if_set()
         self._on_loop(self._book.writer.record_step(name, StepStatus.COMPLETED, output=output))
         self._book.ran.append(name)

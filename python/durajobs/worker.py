@@ -26,7 +26,7 @@ from durajobs.database import AsyncDatabase
 from durajobs.declarations import Registry, Settled
 from durajobs.durations import Duration, parse_duration
 from durajobs.errors import ConfigInvalid, Draining
-from durajobs.execution import JobExecution, Outcome, execute
+from durajobs.execution import JobExecution, Outcome, execute, notify_settled
 from durajobs.lease import LeaseKeeper
 from durajobs.records import ClaimedJob
 from durajobs.signals import CancelSignal
@@ -106,13 +106,16 @@ class Worker:
         self.idle_ceiling = parse_duration(idle_ceiling, field="idle_ceiling")
         self.woken_idle_ceiling = parse_duration(woken_idle_ceiling, field="woken_idle_ceiling")
         self.worker_id = worker_id or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
-        self.db = AsyncDatabase(database_url, max_size=4)
+        # heartbeats, step writes and settles share it: enough for every slot to be busy
+        self.db = AsyncDatabase(database_url, max_size=min(max(self.capacity + 2, 4), 20))
         self._listen = listen
         self._wake: QueueWake | None = None
         self._running: dict[uuid.UUID, tuple[ClaimedJob, CancelSignal, asyncio.Task[None]]] = {}
         self._per_queue: Counter[str] = Counter()
         self._kick = asyncio.Event()
         self._accepting = True
+        self._draining = False
+        self.abandoned = 0  # attempts left to their lease at the drain deadline
         self._stopped = asyncio.Event()
         self._rotation = 0
         self._idle = True
@@ -145,9 +148,13 @@ class Worker:
         self._kick.set()
 
     def drain(self) -> None:
-        """SIGTERM: stop claiming and cancel every held attempt with X_DRAINING, at once."""
-        if not self._accepting:
+        """SIGTERM: stop claiming and cancel every held attempt with X_DRAINING, at once.
+
+        Also after `stop()`: a shutdown arriving while held work finishes bounds the wait.
+        """
+        if self._draining:
             return
+        self._draining = True
         self._accepting = False
         log.info(
             "jobs.worker.draining", extra={"worker": self.worker_id, "held": len(self._running)}
@@ -175,20 +182,20 @@ class Worker:
         if install_signal_handlers:
             for number in (signals.SIGTERM, signals.SIGINT):
                 loop.add_signal_handler(number, self.drain)
-        await self.db.open()
-        for queue in self.queues:
-            if queue not in self.registry.queues():
-                log.info("jobs.worker.queue-unregistered", extra={"queue": queue})
-        if self._listen:
-            self._wake = QueueWake(
-                self.db.database_url,
-                set(self.queues),
-                self.kick,
-                lambda token: self.db.run(calls.wake_probe(token)),
-            )
-            self._wake.start()
-        log.info("jobs.worker.started", extra={"worker": self.worker_id, "queues": self.queues})
         try:
+            await self.db.open()
+            for queue in self.queues:
+                if queue not in self.registry.queues():
+                    log.info("jobs.worker.queue-unregistered", extra={"queue": queue})
+            if self._listen:
+                self._wake = QueueWake(
+                    self.db.database_url,
+                    set(self.queues),
+                    self.kick,
+                    lambda token: self.db.run(calls.wake_probe(token)),
+                )
+                self._wake.start()
+            log.info("jobs.worker.started", extra={"worker": self.worker_id, "queues": self.queues})
             await self._loop()
             await self._settle_held()
         finally:
@@ -203,24 +210,25 @@ class Worker:
             log.info("jobs.worker.stopped", extra={"worker": self.worker_id})
 
     async def _settle_held(self) -> None:
-        tasks = [task for _claimed, _signal, task in self._running.values()]
-        if not tasks:
-            return
-        if any(signal.is_set for _claimed, signal, _task in self._running.values()):
-            _done, pending = await asyncio.wait(tasks, timeout=self.drain_deadline.total_seconds())
-            if pending:
+        """Wait for held attempts: without limit after stop(), up to the deadline once draining."""
+        loop = asyncio.get_running_loop()
+        pending = {task for _claimed, _signal, task in self._running.values()}
+        deadline: float | None = None
+        while pending:
+            if self._draining and deadline is None:
+                deadline = loop.time() + self.drain_deadline.total_seconds()
+            if deadline is not None and loop.time() >= deadline:
+                self.abandoned = len(pending)
                 log.error(
                     "jobs.worker.drain-abandoned",
-                    extra={
-                        "worker": self.worker_id,
-                        "abandoned": len(pending),
-                    },
+                    extra={"worker": self.worker_id, "abandoned": len(pending)},
                 )
                 for task in pending:
                     task.cancel()
                 await asyncio.gather(*pending, return_exceptions=True)
-        else:
-            await asyncio.gather(*tasks, return_exceptions=True)
+                return
+            step = 0.1 if deadline is None else min(0.1, max(deadline - loop.time(), 0))
+            _done, pending = await asyncio.wait(pending, timeout=step)
 
     # -- the claim loop --------------------------------------------------------------------
 
@@ -326,23 +334,21 @@ class Worker:
             },
         )
         job = self.registry.get(row.name)
-        if job is None or job.on_settled is None:
+        if job is None:
             return
-        settled = Settled(
-            job=row.name,
-            job_id=row.id,
-            run_id=row.run_id,
-            outcome="dead-lettered" if row.state == "dead" else "dropped",
-            attempt=row.attempt,
-            error="LEASE_LAPSED_FINAL_ATTEMPT",
-            code=None,
+        await notify_settled(
+            job,
+            Settled(
+                job=row.name,
+                job_id=row.id,
+                run_id=row.run_id,
+                outcome="dead-lettered" if row.state == "dead" else "dropped",
+                attempt=row.attempt,
+                error="LEASE_LAPSED_FINAL_ATTEMPT",
+                code=None,
+                input=row.input,
+            ),
         )
-        try:
-            answer = job.on_settled(settled)
-            if asyncio.iscoroutine(answer):
-                await answer
-        except Exception as failure:
-            log.error("jobs.on-settled.failed", extra={"job": row.name, "error": str(failure)})
 
     # -- one attempt -----------------------------------------------------------------------
 

@@ -92,14 +92,26 @@ def test_the_package_refuses_a_database_without_the_schema(empty_database_url):
     assert raised.value.detail["installed"] is None
 
 
-def test_the_package_refuses_a_schema_version_it_does_not_speak(database_url):
+def _set_version(database_url, version):
     with psycopg.connect(database_url, autocommit=True) as connection:
         connection.execute(
-            "create or replace function jobs.version() returns integer language sql as 'select 2'"
+            f"create or replace function jobs.version() returns integer language sql"
+            f" as 'select {version}'"
         )
+
+
+def test_the_package_refuses_a_schema_older_than_it_needs(database_url):
+    _set_version(database_url, 0)
     with pytest.raises(SchemaVersionMismatch, match="durajobs migrate") as raised:
         durajobs.Client.connect(database_url)
-    assert raised.value.detail == {"expected": 1, "installed": 2}
+    assert raised.value.detail == {"expected": 1, "installed": 0}
+
+
+def test_a_newer_schema_is_accepted_during_a_rolling_deploy(database_url):
+    """A newer revision keeps the _v1 worker protocol, so old workers keep running."""
+    _set_version(database_url, 2)
+    with durajobs.Client.connect(database_url) as client:
+        assert client.claim(["default"], "old-worker") == []
 
 
 def test_every_revision_carries_its_own_frozen_sql():

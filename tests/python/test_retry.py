@@ -117,13 +117,14 @@ def test_a_stated_retry_after_replaces_the_backoff():
 def test_a_stated_retry_after_is_clamped_by_max_delay():
     policy = RetryPolicy.of(attempts=5, delay="1s", max_delay="3s", jitter=False)
     assert policy.delay_after(1, retry_after=timedelta(seconds=7)) == timedelta(seconds=3)
+    # with jitter a stated time is a floor: spread over [d, 1.25 d], never earlier
     jittered = RetryPolicy.of(attempts=5, delay="1s", max_delay="3s")
     assert jittered.delay_after(
         1, retry_after=timedelta(seconds=7), uniform=lambda low, high: low
-    ) == timedelta(seconds=1.5)
+    ) == timedelta(seconds=3)
     assert jittered.delay_after(
         1, retry_after=timedelta(seconds=7), uniform=lambda low, high: high
-    ) == timedelta(seconds=3)
+    ) == timedelta(seconds=3.75)
 
 
 # -- overflow -------------------------------------------------------------------------------------

@@ -1,0 +1,222 @@
+"""Edges of the runtime found in review: signatures, coroutines, drains, fences, options."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from datetime import timedelta
+
+import psycopg
+import pytest
+from pydantic import BaseModel
+
+import durajobs
+from durajobs import calls
+from durajobs.database import AsyncDatabase
+from durajobs.errors import Draining
+from durajobs.execution import execute
+from durajobs.retry import RetryPolicy
+from durajobs.signals import CancelSignal
+from durajobs.worker import Worker
+
+
+class Item(BaseModel):
+    key: str
+
+
+class Lease:
+    def stop(self) -> None:
+        return None
+
+
+def _row(database_url, job_id):
+    with psycopg.connect(database_url, autocommit=True) as connection:
+        return connection.execute(
+            "select state, attempt, last_error_code from jobs.jobs where id = %s", [job_id]
+        ).fetchone()
+
+
+async def _execute_one(database_url, registry, *, signal=None, before=None):
+    async with AsyncDatabase(database_url) as db:
+        (claimed,) = await db.run(calls.claim(["default"], "w"))
+        if before is not None:
+            await asyncio.to_thread(before, claimed)
+        return await execute(
+            claimed, registry, db=db, worker_id="w", signal=signal or CancelSignal(), lease=Lease()
+        )
+
+
+def test_a_step_fn_with_only_defaulted_parameters_gets_no_signal(database_url):
+    registry = durajobs.Registry(database_url=database_url)
+    seen: list[object] = []
+
+    @registry.job(name="loop", input=Item, idempotency_key=lambda i: i.key, tenant="none")
+    async def loop_job(ctx):
+        for item in ("a", "b"):
+            seen.append(await ctx.step.run(f"item:{item}", lambda item=item: item))
+
+    loop_job.enqueue({"key": "k"})
+    execution = asyncio.run(_execute_one(database_url, registry))
+    assert execution.outcome is durajobs.Outcome.COMPLETED
+    assert seen == ["a", "b"]
+
+
+def test_a_step_fn_that_hands_back_a_coroutine_is_awaited(database_url):
+    registry = durajobs.Registry(database_url=database_url)
+
+    async def fetch() -> dict[str, int]:
+        await asyncio.sleep(0)
+        return {"v": 1}
+
+    @registry.job(name="coro", input=Item, idempotency_key=lambda i: i.key, tenant="none")
+    async def coro_job(ctx):
+        return await ctx.step.run("fetch", lambda: fetch())
+
+    coro_job.enqueue({"key": "k"})
+    execution = asyncio.run(_execute_one(database_url, registry))
+    assert execution.outcome is durajobs.Outcome.COMPLETED
+    assert execution.result == {"v": 1}
+
+
+def test_a_first_run_answers_the_stored_form_of_a_step(database_url):
+    registry = durajobs.Registry(database_url=database_url)
+
+    @registry.job(name="tuple", input=Item, idempotency_key=lambda i: i.key, tenant="none")
+    async def tuple_job(ctx):
+        return await ctx.step.run("pair", lambda: (1, 2))
+
+    tuple_job.enqueue({"key": "k"})
+    execution = asyncio.run(_execute_one(database_url, registry))
+    assert execution.result == [1, 2]  # what a replay reads back, on the first run too
+
+
+def test_a_run_parked_by_a_step_under_a_drain_stays_parked(database_url):
+    registry = durajobs.Registry(database_url=database_url)
+    signal = CancelSignal()
+
+    @registry.job(name="napper", input=Item, idempotency_key=lambda i: i.key, tenant="none")
+    async def napper(ctx):
+        await ctx.step.sleep("nap", "1h")
+
+    job = napper.enqueue({"key": "k"})
+
+    class DrainAfterTheSleepIsStored:
+        """SIGTERM lands right after the sleep step's write, before the settle."""
+
+        def __init__(self, db):
+            self.db = db
+
+        async def run(self, call):
+            answer = await self.db.run(call)
+            if call.function == "jobs.record_step_v1":
+                signal.cancel(Draining("deploy"))
+            return answer
+
+    async def scenario():
+        async with AsyncDatabase(database_url) as db:
+            (claimed,) = await db.run(calls.claim(["default"], "w"))
+            return await execute(
+                claimed,
+                registry,
+                db=DrainAfterTheSleepIsStored(db),
+                worker_id="w",
+                signal=signal,
+                lease=Lease(),
+            )
+
+    execution = asyncio.run(scenario())
+    assert signal.is_set
+    assert execution.outcome is durajobs.Outcome.SUSPENDED
+    assert _row(database_url, job.id)[:2] == ("suspended", 0)
+
+
+def test_a_cancel_found_by_a_step_write_is_a_cancel(database_url):
+    registry = durajobs.Registry(database_url=database_url)
+
+    @registry.job(name="late", input=Item, idempotency_key=lambda i: i.key, tenant="none")
+    async def late(ctx):
+        await ctx.step.run("after-cancel", lambda: 1)
+
+    job = late.enqueue({"key": "k"})
+
+    def cancel(claimed):
+        with psycopg.connect(database_url, autocommit=True) as connection:
+            connection.execute("select jobs.cancel(%s)", [claimed.id])
+
+    execution = asyncio.run(_execute_one(database_url, registry, before=cancel))
+    assert execution.outcome is durajobs.Outcome.CANCELLED
+    assert _row(database_url, job.id)[0] == "cancelled"
+
+
+def test_a_drain_after_stop_still_bounds_the_wait(database_url):
+    registry = durajobs.Registry(database_url=database_url)
+    started: list[bool] = []
+
+    @registry.job(name="long", input=Item, idempotency_key=lambda i: i.key, tenant="none")
+    async def long(ctx):
+        started.append(True)
+        await asyncio.sleep(60)
+
+    job = long.enqueue({"key": "k"})
+    worker = Worker(registry, database_url, listen=False)
+
+    async def scenario():
+        runner = asyncio.ensure_future(worker.run())
+        while not started:
+            await asyncio.sleep(0.02)
+        worker.stop()  # wait for held work...
+        await asyncio.sleep(0.2)
+        worker.drain()  # ...until SIGTERM arrives
+        await asyncio.wait_for(runner, 10)
+
+    asyncio.run(scenario())
+    assert _row(database_url, job.id)[:2] == ("ready", 0)
+
+
+@dataclass
+class Actor:
+    id: str
+    org_id: str | None
+
+
+def test_as_async_stamps_the_actor(database_url):
+    registry = durajobs.Registry(database_url=database_url)
+
+    @registry.job(name="acted", input=Item, idempotency_key=lambda i: i.key, tenant="none")
+    async def acted(ctx):
+        return None
+
+    job = asyncio.run(acted.as_async(Actor("user-1", "org-9"), {"key": "k"}))
+    with psycopg.connect(database_url, autocommit=True) as connection:
+        row = connection.execute(
+            "select tenant_id, enqueued_by from jobs.jobs where id = %s", [job.id]
+        ).fetchone()
+    assert row == ("org-9", "user-1")
+    with pytest.raises(TypeError):
+        acted.as_(Actor("u", "o"), {"key": "k2"}, quueue="typo")  # type: ignore[call-arg]
+
+
+def test_a_zero_delay_means_now(database_url):
+    registry = durajobs.Registry(database_url=database_url)
+
+    @registry.job(name="now", input=Item, idempotency_key=lambda i: i.key, tenant="none")
+    async def now(ctx):
+        return None
+
+    job = now.enqueue({"key": "k"}, delay=0)
+    assert _row(database_url, job.id)[0] == "ready"
+
+
+def test_a_stated_retry_after_is_a_floor_even_with_jitter():
+    policy = RetryPolicy.of(attempts=3, max_delay="1h")
+    stated = timedelta(seconds=7)
+    assert policy.delay_after(1, retry_after=stated, uniform=lambda low, high: low) == stated
+    assert policy.delay_after(1, retry_after=stated, uniform=lambda low, high: high) == timedelta(
+        seconds=8.75
+    )
+
+
+def test_a_whole_float_attempt_count_becomes_an_int():
+    policy = RetryPolicy(attempts=3.0)  # type: ignore[arg-type]
+    assert policy.attempts == 3
+    assert len(policy.schedule()) == 2
