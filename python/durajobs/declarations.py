@@ -10,7 +10,7 @@ import inspect
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any, Generic, Literal, Protocol, TypeVar
+from typing import Any, Generic, Literal, Protocol, TypedDict, TypeVar, Unpack
 from uuid import UUID
 
 import psycopg
@@ -37,6 +37,17 @@ NO_TENANT: Literal["none"] = "none"
 
 Handler = Callable[[Any], Any] | Callable[[Any], Awaitable[Any]]
 Using = psycopg.Connection[Any] | psycopg.AsyncConnection[Any] | Client | None
+
+
+class EnqueueOptions(TypedDict, total=False):
+    """The per-call options of an enqueue (a misspelt one is a TypeError)."""
+
+    delay: Duration | None
+    run_at: datetime | None
+    queue: str | None
+    run_id: UUID | None
+    on_conflict: Literal["dedupe", "error"]
+    priority: int | None
 
 
 class Actor(Protocol):
@@ -106,15 +117,13 @@ class Job(Generic[I]):
         self,
         input: I | Mapping[str, Any],
         *,
-        delay: Duration | None,
-        run_at: datetime | None,
-        queue: str | None,
-        run_id: UUID | None,
-        on_conflict: Literal["dedupe", "error"],
-        priority: int | None,
-        tenant_id: str | None = None,
-        enqueued_by: str | None = None,
-        stamp_tenant: bool = True,
+        delay: Duration | None = None,
+        run_at: datetime | None = None,
+        queue: str | None = None,
+        run_id: UUID | None = None,
+        on_conflict: Literal["dedupe", "error"] = "dedupe",
+        priority: int | None = None,
+        actor: Actor | None = None,
     ) -> calls.Call[EnqueueResult]:
         model = self.parse(input)
         key = self.idempotency_key(model)
@@ -123,8 +132,11 @@ class Job(Generic[I]):
                 f"job {self.name}: idempotency_key answered {key!r}; it must be a non-empty string",
                 detail={"job": self.name},
             )
-        if stamp_tenant:
+        if actor is not None:
+            tenant_id, enqueued_by = actor.org_id, actor.id
+        else:
             tenant_id = None if self.tenant == NO_TENANT else self.tenant(model)
+            enqueued_by = None
         if delay is not None and run_at is not None:
             raise DeclarationInvalid("pass delay or run_at, not both", detail={"job": self.name})
         if delay is not None and delay not in (0, timedelta(0)):
@@ -148,52 +160,25 @@ class Job(Generic[I]):
         input: I | Mapping[str, Any],
         *,
         using: Using = None,
-        delay: Duration | None = None,
-        run_at: datetime | None = None,
-        queue: str | None = None,
-        run_id: UUID | None = None,
-        on_conflict: Literal["dedupe", "error"] = "dedupe",
-        priority: int | None = None,
+        **options: Unpack[EnqueueOptions],
     ) -> EnqueueResult:
         """Put one run of this job on the queue; never runs the handler here.
 
         Runs on `using` (a psycopg connection joins its transaction) or the registry's database.
+        Options: delay or run_at, queue, run_id, on_conflict ('dedupe' or 'error'), priority.
         Answers (id, run_id, deduped). Raises X_JOB_INPUT_INVALID and the SQL errors.
         """
-        call = self._enqueue_call(
-            input,
-            delay=delay,
-            run_at=run_at,
-            queue=queue,
-            run_id=run_id,
-            on_conflict=on_conflict,
-            priority=priority,
-        )
-        return self.registry.run(call, using)
+        return self.registry.run(self._enqueue_call(input, **options), using)
 
     async def enqueue_async(
         self,
         input: I | Mapping[str, Any],
         *,
         using: psycopg.AsyncConnection[Any] | None = None,
-        delay: Duration | None = None,
-        run_at: datetime | None = None,
-        queue: str | None = None,
-        run_id: UUID | None = None,
-        on_conflict: Literal["dedupe", "error"] = "dedupe",
-        priority: int | None = None,
+        **options: Unpack[EnqueueOptions],
     ) -> EnqueueResult:
         """Async form of `enqueue`."""
-        call = self._enqueue_call(
-            input,
-            delay=delay,
-            run_at=run_at,
-            queue=queue,
-            run_id=run_id,
-            on_conflict=on_conflict,
-            priority=priority,
-        )
-        return await self.registry.run_async(call, using)
+        return await self.registry.run_async(self._enqueue_call(input, **options), using)
 
     def as_(
         self,
@@ -201,27 +186,10 @@ class Job(Generic[I]):
         input: I | Mapping[str, Any],
         *,
         using: Using = None,
-        delay: Duration | None = None,
-        run_at: datetime | None = None,
-        queue: str | None = None,
-        run_id: UUID | None = None,
-        on_conflict: Literal["dedupe", "error"] = "dedupe",
-        priority: int | None = None,
+        **options: Unpack[EnqueueOptions],
     ) -> EnqueueResult:
         """Enqueue on behalf of `actor`: its org is the tenant, its id the enqueued_by."""
-        call = self._enqueue_call(
-            input,
-            delay=delay,
-            run_at=run_at,
-            queue=queue,
-            run_id=run_id,
-            on_conflict=on_conflict,
-            priority=priority,
-            tenant_id=actor.org_id,
-            enqueued_by=actor.id,
-            stamp_tenant=False,
-        )
-        return self.registry.run(call, using)
+        return self.registry.run(self._enqueue_call(input, actor=actor, **options), using)
 
     async def as_async(
         self,
@@ -229,27 +197,12 @@ class Job(Generic[I]):
         input: I | Mapping[str, Any],
         *,
         using: psycopg.AsyncConnection[Any] | None = None,
-        delay: Duration | None = None,
-        run_at: datetime | None = None,
-        queue: str | None = None,
-        run_id: UUID | None = None,
-        on_conflict: Literal["dedupe", "error"] = "dedupe",
-        priority: int | None = None,
+        **options: Unpack[EnqueueOptions],
     ) -> EnqueueResult:
         """Async form of `as_`."""
-        call = self._enqueue_call(
-            input,
-            delay=delay,
-            run_at=run_at,
-            queue=queue,
-            run_id=run_id,
-            on_conflict=on_conflict,
-            priority=priority,
-            tenant_id=actor.org_id,
-            enqueued_by=actor.id,
-            stamp_tenant=False,
+        return await self.registry.run_async(
+            self._enqueue_call(input, actor=actor, **options), using
         )
-        return await self.registry.run_async(call, using)
 
     def describe(self) -> dict[str, Any]:
         """A plain description for dashboards and manifests; never the key itself."""
