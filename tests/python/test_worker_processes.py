@@ -160,3 +160,43 @@ def test_two_worker_processes_complete_ten_thousand_jobs_exactly_once(database_u
     )
     # one claim and one attempt per job: none ran twice; both processes took part
     assert summary == (10_000, 1, 1, 2), outputs
+
+
+def test_the_worker_command_serves_only_the_queues_it_is_given(database_url, app_client):
+    app_client.enqueue("noop", {"key": "mine"}, "mine", queue="mine")
+    app_client.enqueue("noop", {"key": "theirs"}, "theirs", queue="theirs")
+    worker = _worker(database_url, "--queues", "mine", "--max-in-flight", "1")
+    try:
+        _wait_for(
+            lambda: (
+                _one(database_url, "select state from jobs.jobs where queue = 'mine'") == ("done",)
+            ),
+            timeout=30,
+            what="the job on the served queue",
+        )
+    finally:
+        output = _stop(worker)
+    assert _one(database_url, "select state from jobs.jobs where queue = 'theirs'") == ("ready",)
+    assert "jobs.worker.started" in output
+
+
+def test_the_worker_command_refuses_a_bad_cap_with_its_code(database_url):
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "durajobs.cli",
+            "worker",
+            "--app",
+            "apps.sample:registry",
+            "--max-in-flight",
+            "0",
+        ],
+        cwd=HERE,
+        env={**os.environ, "DATABASE_URL": database_url},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 1
+    assert "X_CONFIG_INVALID" in done.stderr
