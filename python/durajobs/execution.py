@@ -288,6 +288,12 @@ async def execute(
     execution_fields: dict[str, Any] = {"steps": book.ran, "replayed": book.replayed}
     if isinstance(error, JobCancelled | JobLeaseLost) and signal.reason is None:
         # a step write met the fence before the heartbeat did: the same verdict
+        lease.stop()
+        if isinstance(error, JobLeaseLost):
+            log.error(
+                "jobs.lease.lost",
+                extra={"job": claimed.name, "id": str(claimed.id), "reason": "fenced"},
+            )
         signal.cancel(error)
     reason = signal.reason
     # under a drain the verdict is the signal's, whatever the body did on its way out (returned

@@ -177,7 +177,10 @@ class AsyncSteps:
                 output = await asyncio.to_thread(fn, *arguments)
                 if inspect.isawaitable(output):
                     # `lambda: fetch()` hands back the coroutine of an async function
-                    output = await _until_cancelled(output, signal)
+                    try:
+                        output = await _until_cancelled(output, signal)
+                    except Aborted:
+                        raise self._book.timed_out(name, signal) or _aborted(signal) from None
                 if signal.is_set:
                     raise self._book.timed_out(name, signal) or _aborted(self._book.signal)
         finally:

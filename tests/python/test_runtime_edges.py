@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -220,3 +221,51 @@ def test_a_whole_float_attempt_count_becomes_an_int():
     policy = RetryPolicy(attempts=3.0)  # type: ignore[arg-type]
     assert policy.attempts == 3
     assert len(policy.schedule()) == 2
+
+
+def test_a_coroutine_handed_back_past_its_step_timeout_is_a_timeout(database_url):
+    registry = durajobs.Registry(database_url=database_url)
+
+    async def slow() -> int:
+        await asyncio.sleep(5)
+        return 1
+
+    @registry.job(
+        name="slow-lambda",
+        input=Item,
+        idempotency_key=lambda i: i.key,
+        tenant="none",
+        step_timeout="100ms",
+    )
+    async def slow_lambda(ctx):
+        await ctx.step.run("call", lambda: slow())
+
+    job = slow_lambda.enqueue({"key": "k"})
+    execution = asyncio.run(_execute_one(database_url, registry))
+    assert execution.code == "X_JOB_TIMEOUT"
+    assert "'call'" in (execution.error or "")
+    assert _row(database_url, job.id)[2] == "X_JOB_TIMEOUT"
+
+
+def test_a_lease_loss_found_by_a_step_write_is_logged_once(database_url, caplog):
+    registry = durajobs.Registry(database_url=database_url)
+
+    @registry.job(name="taken", input=Item, idempotency_key=lambda i: i.key, tenant="none")
+    async def taken(ctx):
+        await ctx.step.run("write", lambda: 1)
+
+    taken.enqueue({"key": "k"})
+
+    def take_over(claimed):
+        with psycopg.connect(database_url, autocommit=True) as connection:
+            connection.execute(
+                "update jobs.jobs set lease_expires_at = now() - interval '1 second' where id = %s",
+                [claimed.id],
+            )
+            durajobs.execute(connection, calls.claim(["default"], "other"))
+
+    with caplog.at_level(logging.ERROR, logger="durajobs"):
+        execution = asyncio.run(_execute_one(database_url, registry, before=take_over))
+    assert execution.outcome is durajobs.Outcome.LEASE_LOST
+    lost = [r for r in caplog.records if r.getMessage() == "jobs.lease.lost"]
+    assert [getattr(r, "reason", None) for r in lost] == ["fenced"]
