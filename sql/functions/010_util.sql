@@ -2,15 +2,15 @@
 --
 -- Tables: jobs.error_codes (read by jobs._raise). Locks nothing.
 
--- jobs.version: the installed schema version; the Python package refuses any other.
--- Answers an integer. Raises nothing. Introduced in revision 0001.
+-- jobs.version: the installed schema version; the Python package refuses an older one.
+-- Answers an integer. Raises nothing. Introduced in revision 0001; 2 since revision 0002.
 create function jobs.version()
 returns integer
 language sql
 stable
 set search_path = pg_catalog, pg_temp
 as $$
-  select 1
+  select 2
 $$;
 
 -- jobs._now: the one clock every function reads. A test pins it with
