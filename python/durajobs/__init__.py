@@ -17,6 +17,7 @@ from durajobs.migrations import downgrade, migrate
 from durajobs.records import ClaimedJob, EnqueueResult, QueueStat, SettleResult, StepRecord
 from durajobs.retry import ErrorClass, RetryPolicy, register_error_class
 from durajobs.states import HeartbeatAnswer, JobState, NackTarget, StepStatus
+from durajobs.transactions import current_transaction, in_transaction
 from durajobs.worker import Worker
 
 __all__ = [
@@ -44,9 +45,11 @@ __all__ = [
     "Worker",
     "calls",
     "check_schema",
+    "current_transaction",
     "downgrade",
     "execute",
     "execute_async",
+    "in_transaction",
     "migrate",
     "register_error_class",
 ]

@@ -20,6 +20,7 @@ from durajobs.errors import ClaimQueuesEmpty
 from durajobs.records import (
     ClaimedJob,
     EnqueueResult,
+    OutboxRecord,
     QueueStat,
     Row,
     SettleResult,
@@ -294,4 +295,88 @@ def wake_probe(token: str) -> Call[None]:
         sql=f"select pg_notify('{WAKE_CHANNEL}', %(token)s)",
         params={"token": token},
         decode=lambda rows: None,
+    )
+
+
+OUTBOX_WAKE_CHANNEL = "jobs_outbox_wake"
+
+
+def outbox_stage(
+    name: str,
+    input: Mapping[str, Any],
+    idempotency_key: str,
+    *,
+    queue: str | None = None,
+    tenant_id: str | None = None,
+    run_at: datetime | None = None,
+    max_attempts: int | None = None,
+    priority: int | None = None,
+    run_id: UUID | None = None,
+    traceparent: str | None = None,
+    enqueued_by: str | None = None,
+) -> Call[EnqueueResult]:
+    arguments = {
+        "name": name,
+        "input": Jsonb(dict(input) if isinstance(input, Mapping) else input),
+        "idempotency_key": idempotency_key,
+        "queue": queue,
+        "tenant_id": tenant_id,
+        "run_at": run_at,
+        "max_attempts": max_attempts,
+        "priority": priority,
+        "run_id": run_id,
+        "traceparent": traceparent,
+        "enqueued_by": enqueued_by,
+    }
+    return _call(
+        "jobs.outbox_stage", "id, run_id, deduped", arguments, _one(EnqueueResult.from_row)
+    )
+
+
+def outbox_claim(
+    relay_id: str, *, batch_size: int | None = None, lease: timedelta | None = None
+) -> Call[list[OutboxRecord]]:
+    arguments = {"relay_id": relay_id, "batch_size": batch_size, "lease": lease}
+    return _call("jobs.outbox_claim", OutboxRecord.COLUMNS, arguments, _all(OutboxRecord.from_row))
+
+
+def outbox_mark_published(relay_id: str, ids: Sequence[UUID]) -> Call[list[UUID]]:
+    arguments = {"relay_id": relay_id, "ids": list(ids)}
+
+    def decode(rows: Sequence[Row]) -> list[UUID]:
+        return [row[0] for row in rows]
+
+    return _call("jobs.outbox_mark_published", "outbox_mark_published", arguments, decode)
+
+
+def outbox_release(relay_id: str, ids: Sequence[UUID]) -> Call[int]:
+    arguments = {"relay_id": relay_id, "ids": list(ids)}
+    return _call("jobs.outbox_release", "", arguments, _scalar, scalar=True)
+
+
+def outbox_relay(relay_id: str, *, batch_size: int | None = None) -> Call[list[EnqueueResult]]:
+    arguments = {"relay_id": relay_id, "batch_size": batch_size}
+    return _call(
+        "jobs.outbox_relay", "id, run_id, deduped", arguments, _all(EnqueueResult.from_row)
+    )
+
+
+def publish(staged: OutboxRecord) -> Call[EnqueueResult]:
+    """Enqueue a staged request under the outbox row's own id and run id (in the queue's
+    database), so a re-publish meets the job the first publish made."""
+    request = staged.request
+    return enqueue(
+        request["name"],
+        request["input"],
+        request["idempotency_key"],
+        queue=request.get("queue"),
+        tenant_id=request.get("tenant_id"),
+        run_at=datetime.fromisoformat(request["run_at"]) if request.get("run_at") else None,
+        max_attempts=request.get("max_attempts"),
+        priority=request.get("priority"),
+        id=staged.id,
+        run_id=staged.run_id,
+        on_conflict="dedupe",
+        traceparent=request.get("traceparent"),
+        enqueued_by=request.get("enqueued_by"),
     )

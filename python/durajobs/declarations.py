@@ -20,14 +20,17 @@ from durajobs import calls
 from durajobs.client import Client, execute, execute_async
 from durajobs.durations import DeclarationInvalid, Duration, parse_duration
 from durajobs.errors import (
+    ArgumentInvalid,
     DriverUnavailable,
     IdempotencyRequired,
     JobDuplicate,
     JobInputInvalid,
     JobTenantRequired,
+    OutboxNoTransaction,
 )
 from durajobs.records import EnqueueResult
 from durajobs.retry import RetryPolicy
+from durajobs.transactions import async_connection, current_transaction, is_async, sync_connection
 
 I = TypeVar("I", bound=BaseModel)  # noqa: E741 - the input model, as in Job[I]
 T = TypeVar("T")
@@ -36,7 +39,8 @@ DEFAULT_QUEUE = "default"
 NO_TENANT: Literal["none"] = "none"
 
 Handler = Callable[[Any], Any] | Callable[[Any], Awaitable[Any]]
-Using = psycopg.Connection[Any] | psycopg.AsyncConnection[Any] | Client | None
+# a psycopg connection, a SQLAlchemy Session/Connection (or their async forms), or a Client
+Using = object
 
 
 class EnqueueOptions(TypedDict, total=False):
@@ -124,6 +128,7 @@ class Job(Generic[I]):
         on_conflict: Literal["dedupe", "error"] = "dedupe",
         priority: int | None = None,
         actor: Actor | None = None,
+        staged: bool = False,
     ) -> calls.Call[EnqueueResult]:
         model = self.parse(input)
         key = self.idempotency_key(model)
@@ -141,6 +146,25 @@ class Job(Generic[I]):
             raise DeclarationInvalid("pass delay or run_at, not both", detail={"job": self.name})
         if delay is not None and delay not in (0, timedelta(0)):
             run_at = datetime.now(UTC) + parse_duration(delay, field="delay")
+        if staged:
+            if on_conflict != "dedupe":
+                raise ArgumentInvalid(
+                    f"job {self.name}: on_conflict={on_conflict!r} cannot be answered at stage "
+                    "time; a staged enqueue learns of a live duplicate only when it is published",
+                    detail={"job": self.name, "argument": "on_conflict"},
+                )
+            return calls.outbox_stage(
+                self.name,
+                model.model_dump(mode="json"),
+                key,
+                queue=queue or self.queue,
+                tenant_id=tenant_id,
+                run_at=run_at,
+                max_attempts=self.retry.attempts,
+                priority=priority,
+                run_id=run_id,
+                enqueued_by=enqueued_by,
+            )
         return calls.enqueue(
             self.name,
             model.model_dump(mode="json"),
@@ -168,17 +192,17 @@ class Job(Generic[I]):
         Options: delay or run_at, queue, run_id, on_conflict ('dedupe' or 'error'), priority.
         Answers (id, run_id, deduped). Raises X_JOB_INPUT_INVALID and the SQL errors.
         """
-        return self.registry.run(self._enqueue_call(input, **options), using)
+        return self.registry.submit(self, input, using, **options)
 
     async def enqueue_async(
         self,
         input: I | Mapping[str, Any],
         *,
-        using: psycopg.AsyncConnection[Any] | None = None,
+        using: Using = None,
         **options: Unpack[EnqueueOptions],
     ) -> EnqueueResult:
         """Async form of `enqueue`."""
-        return await self.registry.run_async(self._enqueue_call(input, **options), using)
+        return await self.registry.submit_async(self, input, using, **options)
 
     def as_(
         self,
@@ -189,20 +213,18 @@ class Job(Generic[I]):
         **options: Unpack[EnqueueOptions],
     ) -> EnqueueResult:
         """Enqueue on behalf of `actor`: its org is the tenant, its id the enqueued_by."""
-        return self.registry.run(self._enqueue_call(input, actor=actor, **options), using)
+        return self.registry.submit(self, input, using, actor=actor, **options)
 
     async def as_async(
         self,
         actor: Actor,
         input: I | Mapping[str, Any],
         *,
-        using: psycopg.AsyncConnection[Any] | None = None,
+        using: Using = None,
         **options: Unpack[EnqueueOptions],
     ) -> EnqueueResult:
         """Async form of `as_`."""
-        return await self.registry.run_async(
-            self._enqueue_call(input, actor=actor, **options), using
-        )
+        return await self.registry.submit_async(self, input, using, actor=actor, **options)
 
     def describe(self) -> dict[str, Any]:
         """A plain description for dashboards and manifests; never the key itself."""
@@ -232,9 +254,26 @@ class Job(Generic[I]):
 class Registry:
     """The jobs one application declares; the worker reads it (`--app module:registry`)."""
 
-    def __init__(self, database_url: str | None = None) -> None:
+    def __init__(
+        self,
+        database_url: str | None = None,
+        *,
+        outbox: bool = False,
+        mode: Literal["direct", "required"] = "direct",
+    ) -> None:
+        """`database_url` is the queue's database. `outbox=True`: an enqueue inside a caller's
+        transaction stages the job in that database's jobs.outbox for a relay to publish (the
+        queue lives elsewhere); otherwise it writes the job itself in the transaction.
+        `mode='required'`: an enqueue outside any transaction is X_OUTBOX_NO_TX instead of a
+        direct publish."""
+        if mode not in ("direct", "required"):
+            raise DeclarationInvalid(
+                f"mode must be 'direct' or 'required', got {mode!r}", detail={"field": "mode"}
+            )
         self._jobs: dict[str, Job[Any]] = {}
         self.database_url = database_url
+        self.outbox = outbox
+        self.mode = mode
 
     def job(
         self,
@@ -325,22 +364,44 @@ class Registry:
             )
         return self.database_url
 
-    def run(self, call: calls.Call[T], using: Using = None) -> T:
-        """Run `call` on `using`, or on a short autocommit connection to the registry's database."""
+    def _transaction(self, using: object) -> object | None:
+        transaction = using if using is not None else current_transaction()
+        if transaction is None and self.mode == "required":
+            raise OutboxNoTransaction(
+                "this registry requires every enqueue to join a transaction, and none is open",
+                detail={},
+            )
+        return transaction
+
+    def submit(self, job: Job[Any], input: Any, using: object, **options: Any) -> EnqueueResult:
+        """Enqueue `job` on `using`, the ambient transaction, or directly (see __init__)."""
+        transaction = self._transaction(using)
+        if isinstance(transaction, Client):
+            return transaction.run(job._enqueue_call(input, **options))
+        if transaction is not None and is_async(transaction):
+            raise DeclarationInvalid("an async transaction needs enqueue_async", detail={})
+        call = job._enqueue_call(input, staged=transaction is not None and self.outbox, **options)
+        return self.run(call, transaction)
+
+    async def submit_async(
+        self, job: Job[Any], input: Any, using: object, **options: Any
+    ) -> EnqueueResult:
+        transaction = self._transaction(using)
+        call = job._enqueue_call(input, staged=transaction is not None and self.outbox, **options)
+        return await self.run_async(call, transaction)
+
+    def run(self, call: calls.Call[T], using: object = None) -> T:
+        """Run `call` in `using`'s transaction, or on a short autocommit connection."""
         if isinstance(using, Client):
             return using.run(call)
-        if isinstance(using, psycopg.Connection):
-            return execute(using, call)
-        if isinstance(using, psycopg.AsyncConnection):
-            raise DeclarationInvalid("an async connection needs enqueue_async", detail={})
+        if using is not None:
+            return execute(sync_connection(using), call)
         with psycopg.connect(self._url(), autocommit=True) as connection:
             return execute(connection, call)
 
-    async def run_async(
-        self, call: calls.Call[T], using: psycopg.AsyncConnection[Any] | None = None
-    ) -> T:
+    async def run_async(self, call: calls.Call[T], using: object = None) -> T:
         if using is not None:
-            return await execute_async(using, call)
+            return await execute_async(await async_connection(using), call)
         async with await psycopg.AsyncConnection.connect(
             self._url(), autocommit=True
         ) as connection:

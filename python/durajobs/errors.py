@@ -212,3 +212,13 @@ class JobMaxAttempts(DurajobsError):
 class ConfigInvalid(DurajobsError, ValueError):
     code = "X_CONFIG_INVALID"
     fix = "pass a whole number of at least 1 (or leave the setting out for its default)"
+
+
+class OutboxNoTransaction(DurajobsError):
+    code = "X_OUTBOX_NO_TX"
+    fix = "pass using=session, or enqueue inside `with durajobs.in_transaction(session):`"
+
+
+class Invariant(DurajobsError, ValueError):
+    code = "X_INVARIANT"
+    fix = "pass a positive, finite, whole number of milliseconds"

@@ -143,3 +143,21 @@ class QueueStat:
     @classmethod
     def from_row(cls, row: Row) -> QueueStat:
         return cls(*row)
+
+
+@dataclass(frozen=True, slots=True)
+class OutboxRecord:
+    """A staged enqueue, as a relay claimed it."""
+
+    id: UUID
+    run_id: UUID
+    staged_at: datetime
+    request: dict[str, Any]
+    claimed_by: str | None
+    claim_expires_at: datetime | None
+
+    COLUMNS = "id, run_id, staged_at, request, claimed_by, claim_expires_at"
+
+    @classmethod
+    def from_row(cls, row: Row) -> OutboxRecord:
+        return cls(*row)
