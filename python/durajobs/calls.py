@@ -283,17 +283,17 @@ def requeue(id: UUID, *, from_step: str | None = None) -> Call[bool]:
 WAKE_CHANNEL = "jobs_wake"
 
 
-def listen() -> str:
+def listen(channel: str = WAKE_CHANNEL) -> str:
     """The statement a wake listener runs on its own connection."""
-    return f"listen {WAKE_CHANNEL}"
+    return f"listen {channel}"
 
 
-def wake_probe(token: str) -> Call[None]:
-    """Send `token` on the wake channel, to prove a listener hears it."""
+def wake_probe(token: str, channel: str = WAKE_CHANNEL) -> Call[None]:
+    """Send `token` on a wake channel, to prove a listener hears it."""
     return Call(
         function="pg_notify",
-        sql=f"select pg_notify('{WAKE_CHANNEL}', %(token)s)",
-        params={"token": token},
+        sql="select pg_notify(%(channel)s, %(token)s)",
+        params={"channel": channel, "token": token},
         decode=lambda rows: None,
     )
 

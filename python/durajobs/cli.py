@@ -8,6 +8,7 @@ import importlib
 import json
 import logging
 import os
+import signal
 import sys
 from collections.abc import Sequence
 from dataclasses import asdict
@@ -132,6 +133,27 @@ def _cmd_worker(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_relay(args: argparse.Namespace) -> int:
+    from durajobs.logs import configure
+    from durajobs.relay import OutboxRelay
+
+    configure()
+    relay = OutboxRelay(
+        args.source_url or _database_url(args.database_url),
+        _database_url(args.database_url),
+        batch_size=args.batch_size,
+    )
+
+    async def run() -> None:
+        loop = asyncio.get_running_loop()
+        for number in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(number, relay.stop)
+        await relay.run()
+
+    asyncio.run(run())
+    return 0
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="durajobs", description="Durable jobs for Postgres.")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -168,6 +190,13 @@ def _parser() -> argparse.ArgumentParser:
         "--drain-deadline", type=float, default=25.0, help="SIGTERM budget in seconds (25)"
     )
     worker_command.set_defaults(run=_cmd_worker)
+
+    relay_command = with_database(commands.add_parser("relay", help="run the outbox relay"))
+    relay_command.add_argument(
+        "--source-url", help="the database holding the outbox (default: the queue's own)"
+    )
+    relay_command.add_argument("--batch-size", type=int, default=100, help="rows a pass (100)")
+    relay_command.set_defaults(run=_cmd_relay)
 
     demo_command = with_database(commands.add_parser("demo", help="run the demo"))
     demo_command.add_argument("--users", type=int, default=40, help="sign-ups to process (40)")

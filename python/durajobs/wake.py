@@ -24,17 +24,21 @@ RECONNECT_SECONDS = 1.0
 
 
 class QueueWake:
-    """Listens on the wake channel and calls `on_wake(queue)` for the queues this worker serves."""
+    """Listens on a wake channel and calls `on_wake(payload)` for the payloads it cares about:
+    the queues a worker serves on `jobs_wake`, anything on the outbox's channel for a relay."""
 
     def __init__(
         self,
         database_url: str,
-        queues: set[str],
+        queues: set[str] | None,
         on_wake: Callable[[str], None],
         send_probe: Callable[[str], Awaitable[None]],
+        *,
+        channel: str = calls.WAKE_CHANNEL,
     ) -> None:
         self._url = database_url
         self._queues = queues
+        self._channel = channel
         self._on_wake = on_wake
         self._send_probe = send_probe
         self.proven = False
@@ -58,7 +62,7 @@ class QueueWake:
         while True:
             try:
                 self._connection = await psycopg.AsyncConnection.connect(self._url, autocommit=True)
-                await self._connection.execute(calls.listen())
+                await self._connection.execute(calls.listen(self._channel))
                 listening = asyncio.get_running_loop().create_task(self._listen(self._connection))
                 self.proven = await self._probe()
                 if self.proven:
@@ -91,5 +95,5 @@ class QueueWake:
         async for notice in connection.notifies():
             if notice.payload == self._probe_token and self._probe_heard is not None:
                 self._probe_heard.set()
-            elif notice.payload in self._queues:
+            elif self._queues is None or notice.payload in self._queues:
                 self._on_wake(notice.payload)
