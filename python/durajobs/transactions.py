@@ -25,11 +25,16 @@ _current: ContextVar[object | None] = ContextVar("durajobs_transaction", default
 @contextmanager
 def in_transaction(transaction: object) -> Iterator[None]:
     """Make `transaction` the one every enqueue in this context joins (sync and async code)."""
+    previous = _current.get()
     token = _current.set(transaction)
     try:
         yield
     finally:
-        _current.reset(token)
+        try:
+            _current.reset(token)
+        except ValueError:
+            # left in another context than it was entered (a framework moved it): restore
+            _current.set(previous)
 
 
 def current_transaction() -> object | None:
