@@ -8,8 +8,9 @@ set local durajobs.now = '2026-01-01 00:00:00+00';
 -- the schema and its tables
 select has_schema('jobs', 'schema jobs exists');
 -- the runner installs with alembic, whose version table lives in the schema too
-select tables_are('jobs', array['jobs', 'steps', 'queue_pauses', 'error_codes', 'alembic_version'],
-                  'schema jobs holds exactly jobs, steps, queue_pauses, error_codes and alembic_version');
+select tables_are('jobs', array['jobs', 'steps', 'queue_pauses', 'error_codes', 'outbox',
+                                'alembic_version'],
+                  'schema jobs holds exactly jobs, steps, queue_pauses, error_codes, outbox and alembic_version');
 
 -- jobs.jobs: the columns every function reads, with their types
 select columns_are('jobs', 'jobs', array[
@@ -116,7 +117,7 @@ select col_is_unique('jobs', 'error_codes', 'sqlstate', 'no two codes share a sq
 
 -- the composite types the functions answer
 select types_are('jobs', array['enqueue_result', '_enqueue_request', 'claimed_job', 'settle_result',
-                               'step_record', 'queue_stat'],
+                               'step_record', 'queue_stat', 'outbox_record'],
                  'schema jobs declares the answer types');
 select has_composite('jobs', 'enqueue_result', 'jobs.enqueue_result exists');
 

@@ -94,9 +94,9 @@ begin
   insert into jobs.outbox as o (id, run_id, staged_at, request)
   values (
     v_id, v_run_id, v_now,
+    -- absent options drop out; the input is kept exactly, nulls inside it included
     jsonb_strip_nulls(jsonb_build_object(
       'name', outbox_stage.name,
-      'input', outbox_stage.input,
       'idempotency_key', outbox_stage.idempotency_key,
       'queue', outbox_stage.queue,
       'tenant_id', outbox_stage.tenant_id,
@@ -104,7 +104,8 @@ begin
       'max_attempts', outbox_stage.max_attempts,
       'priority', outbox_stage.priority,
       'traceparent', outbox_stage.traceparent,
-      'enqueued_by', outbox_stage.enqueued_by)));
+      'enqueued_by', outbox_stage.enqueued_by))
+      || jsonb_build_object('input', outbox_stage.input));
   return (v_id, v_run_id, false)::jobs.enqueue_result;
 end;
 $$;
