@@ -52,6 +52,7 @@ class EnqueueOptions(TypedDict, total=False):
     run_id: UUID | None
     on_conflict: Literal["dedupe", "error"]
     priority: int | None
+    outbox: bool  # False: publish to the queue directly even inside a transaction
 
 
 class Actor(Protocol):
@@ -375,20 +376,29 @@ class Registry:
 
     def submit(self, job: Job[Any], input: Any, using: object, **options: Any) -> EnqueueResult:
         """Enqueue `job` on `using`, the ambient transaction, or directly (see __init__)."""
-        transaction = self._transaction(using)
+        transaction, staged = self._route(using, options)
         if isinstance(transaction, Client):
             return transaction.run(job._enqueue_call(input, **options))
         if transaction is not None and is_async(transaction):
             raise DeclarationInvalid("an async transaction needs enqueue_async", detail={})
-        call = job._enqueue_call(input, staged=transaction is not None and self.outbox, **options)
-        return self.run(call, transaction)
+        return self.run(job._enqueue_call(input, staged=staged, **options), transaction)
 
     async def submit_async(
         self, job: Job[Any], input: Any, using: object, **options: Any
     ) -> EnqueueResult:
-        transaction = self._transaction(using)
-        call = job._enqueue_call(input, staged=transaction is not None and self.outbox, **options)
+        transaction, staged = self._route(using, options)
+        call = job._enqueue_call(input, staged=staged, **options)
         return await self.run_async(call, transaction)
+
+    def _route(self, using: object, options: dict[str, Any]) -> tuple[object | None, bool]:
+        """Where an enqueue goes: (the transaction to join or None, whether to stage)."""
+        outbox = options.pop("outbox", True)
+        transaction = self._transaction(using)
+        if transaction is None or not self.outbox:
+            return transaction, False
+        if not outbox:
+            return None, False  # outbox=False: straight to the queue's own database
+        return transaction, True
 
     def run(self, call: calls.Call[T], using: object = None) -> T:
         """Run `call` in `using`'s transaction, or on a short autocommit connection."""

@@ -74,6 +74,10 @@ def sync_connection(transaction: object) -> psycopg.Connection[Any]:
     if isinstance(transaction, Session):
         transaction = transaction.connection()
     if isinstance(transaction, Connection):
+        if not transaction.in_transaction():
+            # what SQLAlchemy's autobegin would do on its own first statement: without it the
+            # job would sit in the driver's transaction, which conn.commit() never commits
+            transaction.begin()
         connection: psycopg.Connection[Any] = _psycopg(
             transaction.connection.driver_connection, transaction
         )
@@ -94,6 +98,8 @@ async def async_connection(transaction: object) -> psycopg.AsyncConnection[Any]:
     if isinstance(transaction, AsyncSession):
         transaction = await transaction.connection()
     if isinstance(transaction, AsyncConnection):
+        if not transaction.in_transaction():
+            await transaction.begin()
         raw = await transaction.get_raw_connection()
         connection: psycopg.AsyncConnection[Any] = _psycopg(raw.driver_connection, transaction)
         return connection

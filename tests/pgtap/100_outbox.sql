@@ -1,14 +1,17 @@
 -- 100_outbox: the transactional outbox: jobs.outbox_stage, the relay's lease claim
 -- (jobs.outbox_claim), its fenced mark and release (jobs.outbox_mark_published,
 -- jobs.outbox_release), the publish under the staged ids (jobs._publish) and the one-call relay
--- (jobs.outbox_relay), with the regression cases R11-R18 and R21. The wake (NOTIFY on commit)
--- cannot be observed inside one transaction and is not tested here.
+-- (jobs.outbox_relay), with the regression cases R11-R18 and R21, the publish order
+-- (staged_at, seq) and the prefix rule (a relay claims only ahead of the rows another relay
+-- holds under a live lease). The wake (NOTIFY on commit) cannot be observed inside one
+-- transaction and is not tested here; nor is the claim's serialisation: its advisory lock is
+-- transaction-scoped, and the whole file is one transaction, so every claim re-enters it.
 --
--- jobs.outbox_claim takes any unpublished row, so each section starts from an empty outbox
+-- jobs.outbox_claim looks at every unpublished row, so each section starts from an empty outbox
 -- (`delete from jobs.outbox`, rolled back with the file).
 begin;
 \ir fixtures/factory.sql
-select plan(169);
+select plan(199);
 
 set local durajobs.now = '2026-01-01 00:00:00+00';
 
@@ -112,7 +115,8 @@ select is(jobs_test.job_count(), 0::bigint, 'a refused stage inserts no job row'
 
 -- ---------------------------------------------------------------------------------------------
 -- R11: outbox_claim is a claim under a lease: it stamps the claimant and the expiry, a second
--- relay inside the lease gets a disjoint batch, and after the lease lapses the rows come back
+-- relay inside the lease gets nothing (neither relay-a's rows nor, by the prefix rule, the rows
+-- behind them), and after the lease lapses the rows come back, with the rows behind them
 
 delete from jobs.outbox;
 set local durajobs.now = '2026-01-02 00:00:00+00';
@@ -122,9 +126,9 @@ select jobs.outbox_stage(name => 'c', input => '{}', idempotency_key => 'k-c-' |
 create table jobs_test.claim_a as
   select * from jobs.outbox_claim(relay_id => 'relay-a', batch_size => 3, lease => interval '30 seconds');
 select is((select count(*) from jobs_test.claim_a), 3::bigint, 'R11: a batch of 3 out of 5 claims exactly 3');
-select is(array(select id from jobs_test.claim_a order by staged_at, id),
-          array(select id from jobs.outbox order by staged_at, id limit 3),
-          'R11: the batch is the first 3 rows in (staged_at, id) order');
+select is(array(select id from jobs_test.claim_a),
+          array(select id from jobs.outbox order by staged_at, seq limit 3),
+          'R11: the batch is the first 3 rows in (staged_at, seq) order, answered in that order');
 select is((select count(*) from jobs_test.claim_a
             where claimed_by = 'relay-a' and claim_expires_at = '2026-01-02 00:00:30+00'), 3::bigint,
           'R11: each claimed record answers claimed_by and claim_expires_at = now + lease');
@@ -134,14 +138,16 @@ select is((select count(*) from jobs.outbox o join jobs_test.claim_a a using (id
 select is((select count(*) from jobs.outbox where claimed_by is null), 2::bigint,
           'R11: the 2 rows outside the batch are not stamped');
 
--- a second relay inside the lease gets none of relay-a's rows
+-- a second relay inside the lease gets none of relay-a's rows, and (the prefix rule) none of
+-- the 2 unclaimed rows behind them either: it stands by
 select jobs_test.advance(interval '10 seconds') \g /dev/null
 create table jobs_test.claim_b as
   select * from jobs.outbox_claim(relay_id => 'relay-b', batch_size => 10, lease => interval '30 seconds');
-select is((select count(*) from jobs_test.claim_b), 2::bigint,
-          'R11: a second relay inside the lease gets only the 2 unclaimed rows');
-select is((select count(*) from jobs_test.claim_b b join jobs_test.claim_a a using (id)), 0::bigint,
-          'R11: the two batches are disjoint');
+select is((select count(*) from jobs_test.claim_b), 0::bigint,
+          'R11: a second relay inside the lease gets nothing, not even the 2 unclaimed rows behind relay-a''s');
+select is((select count(*) from jobs.outbox o left join jobs_test.claim_a a using (id)
+            where a.id is null and o.claimed_by is null and o.claim_expires_at is null), 2::bigint,
+          'R11: the 2 rows behind relay-a''s are left unclaimed');
 select is((select count(*) from jobs.outbox o join jobs_test.claim_a a using (id) where o.claimed_by = 'relay-a'),
           3::bigint, 'R11: relay-a''s rows are still relay-a''s');
 
@@ -150,15 +156,19 @@ select jobs_test.advance(interval '19 seconds') \g /dev/null
 select is_empty($$select * from jobs.outbox_claim(relay_id => 'relay-c', batch_size => 10)$$,
                 'R11: inside the lease a committed row cannot be claimed twice');
 
--- after the lease lapses (relay-a died), another relay re-claims exactly relay-a's rows
+-- after the lease lapses (relay-a died), another relay re-claims relay-a's rows and the rows
+-- behind them, in order
 select jobs_test.advance(interval '2 seconds') \g /dev/null
 create table jobs_test.claim_c as
   select * from jobs.outbox_claim(relay_id => 'relay-c', batch_size => 10, lease => interval '1 minute');
-select set_eq($$select id from jobs_test.claim_c$$, $$select id from jobs_test.claim_a$$,
-              'R11: after the lease lapses another relay re-claims the dead relay''s rows, and only them');
+select is(array(select id from jobs_test.claim_c),
+          array(select id from jobs.outbox order by staged_at, seq),
+          'R11: after the lease lapses another relay re-claims the dead relay''s rows and the 2 behind them, in order');
+select is((select count(*) from jobs_test.claim_c c join jobs_test.claim_a a using (id)), 3::bigint,
+          'R11: the re-claim includes each of the dead relay''s rows');
 select is((select count(*) from jobs.outbox o join jobs_test.claim_c c using (id)
             where o.claimed_by = 'relay-c' and o.claim_expires_at = jobs._now() + interval '1 minute'),
-          3::bigint, 'R11: the re-claim stamps the new claimant and a new expiry');
+          5::bigint, 'R11: the re-claim stamps the new claimant and a new expiry on all 5 rows');
 
 -- batch_size 1 claims exactly one
 select jobs_test.advance(interval '2 minutes') \g /dev/null
@@ -188,69 +198,184 @@ select throws_ok($$select * from jobs.outbox_claim(relay_id => '   ')$$,
                  'JQ001', null, 'a blank relay_id raises JQ001');
 
 -- ---------------------------------------------------------------------------------------------
--- R14: (staged_at, id) is a total order. 10 rows staged in one transaction share staged_at; the
--- claim answers them in id order, every batch is the next slice of that order, and two relays
--- compose the same batches. The lower half is rewritten first, so the heap order is not the id
--- order, and index scans are off, so neither the heap nor the (staged_at, id) index hands out
--- the id order: only the claim's own tiebreak can give it.
+-- The prefix rule: a relay claims only rows ahead of the first unpublished row another relay
+-- holds under a live lease. While relay-a holds rows, relay-b claims nothing behind them (one
+-- relay works, the others stand by); relay-b proceeds once relay-a has published them, released
+-- them, or let its lease lapse. relay-a claiming again while it holds rows re-takes its own rows
+-- first: a relay never claims past rows it still holds, so it cannot overtake them either.
+
+delete from jobs.outbox;
+set local durajobs.now = '2026-01-02 12:00:00+00';
+select jobs.outbox_stage(name => 'h', input => '{}', idempotency_key => 'k-h-' || g)
+  from generate_series(1, 8) g \g /dev/null
+select array_agg(id order by staged_at, seq) as h_ids from jobs.outbox \gset
+
+select is(array(select id from jobs.outbox_claim(relay_id => 'relay-a', batch_size => 2)),
+          (:'h_ids'::uuid[])[1:2], 'prefix: relay-a claims the first 2 of 8 rows');
+select is_empty($$select * from jobs.outbox_claim(relay_id => 'relay-b', batch_size => 10)$$,
+                'prefix: while relay-a holds the first rows under a live lease, relay-b claims nothing, not even the 6 unclaimed rows behind them');
+select is((select count(*) from jobs.outbox where claimed_by is null), 6::bigint,
+          'prefix: relay-b''s empty claim stamped no row');
+
+-- relay-a claiming again while it holds rows re-takes its own rows first, then the next ones
+select jobs_test.advance(interval '5 seconds') \g /dev/null
+select is(array(select id from jobs.outbox_claim(relay_id => 'relay-a', batch_size => 4)),
+          (:'h_ids'::uuid[])[1:4], 'prefix: relay-a claiming again re-takes its own held rows first, never claiming past them');
+select is(array(select claim_expires_at from jobs.outbox where claimed_by = 'relay-a' order by staged_at, seq),
+          array['2026-01-02 12:00:35+00', '2026-01-02 12:00:35+00',
+                '2026-01-02 12:00:35+00', '2026-01-02 12:00:35+00']::timestamptz[],
+          'R11: the re-taken rows and the new ones share the new lease; no other relay holds any of them');
+select is_empty($$select * from jobs.outbox_claim(relay_id => 'relay-b', batch_size => 10)$$,
+                'prefix: relay-b still claims nothing while relay-a holds 4 rows');
+
+-- publishing some of its rows is not enough while relay-a still holds earlier-staged ones
+select is(array(select * from jobs.outbox_mark_published(relay_id => 'relay-a', ids => (:'h_ids'::uuid[])[1:2]) m order by 1),
+          array(select unnest((:'h_ids'::uuid[])[1:2]) order by 1), 'prefix: relay-a marks its first 2 rows published');
+select is_empty($$select * from jobs.outbox_claim(relay_id => 'relay-b', batch_size => 10)$$,
+                'prefix: with rows 1-2 published and rows 3-4 still held by relay-a, relay-b claims nothing behind them');
+
+-- a release hands relay-a's rows on at once, and the rows behind them with them
+select is(jobs.outbox_release(relay_id => 'relay-a', ids => (:'h_ids'::uuid[])[3:4]), 2,
+          'prefix: relay-a releases rows 3-4 (a failed publish stopped its batch)');
+select is(array(select id from jobs.outbox_claim(relay_id => 'relay-b', batch_size => 4)),
+          (:'h_ids'::uuid[])[3:6],
+          'prefix: once relay-a released its rows, relay-b claims them at once, with the rows after them, in order');
+select is_empty($$select * from jobs.outbox_claim(relay_id => 'relay-a', batch_size => 10)$$,
+                'prefix: now relay-a stands by: it claims nothing behind relay-b''s rows');
+
+-- a relay that published all it holds blocks nothing, though its lease is still live
+select is((select count(*) from jobs.outbox_mark_published(relay_id => 'relay-b', ids => (:'h_ids'::uuid[])[3:6])),
+          4::bigint, 'prefix: relay-b marks its 4 rows published');
+select is(array(select id from jobs.outbox_claim(relay_id => 'relay-a', batch_size => 10)),
+          (:'h_ids'::uuid[])[7:8],
+          'prefix: once relay-b published all it held, relay-a claims the rows behind them, inside relay-b''s lease');
+
+-- a lapsed lease frees the dead relay's rows and every row behind them
+select jobs_test.advance(interval '1 second') \g /dev/null
+select jobs.outbox_stage(name => 'h', input => '{}', idempotency_key => 'k-h-' || g)
+  from generate_series(9, 10) g \g /dev/null
+select array_agg(id order by staged_at, seq) as h2_ids from jobs.outbox
+ where request ->> 'idempotency_key' in ('k-h-9', 'k-h-10') \gset
+select is_empty($$select * from jobs.outbox_claim(relay_id => 'relay-c', batch_size => 10)$$,
+                'prefix: relay-c claims nothing behind relay-a''s live rows, not even rows staged later');
+-- relay-a's rows 7-8 were claimed at 12:00:05 under a 30 s lease: it ends at 12:00:35
+select jobs_test.advance(interval '29 seconds') \g /dev/null
+select is(array(select id from jobs.outbox_claim(relay_id => 'relay-c', batch_size => 10)),
+          (:'h_ids'::uuid[])[7:8] || :'h2_ids'::uuid[],
+          'prefix: when relay-a''s lease ends, relay-c claims relay-a''s rows and every row behind them, in order');
+
+-- "ahead of": an unclaimed row that sorts before the first row another relay holds (a
+-- transaction that started earlier and committed late) is claimable, and only it
+delete from jobs.outbox;
+set local durajobs.now = '2026-01-02 13:00:10+00';
+select jobs.outbox_stage(name => 'h', input => '{}', idempotency_key => 'k-ha-' || g)
+  from generate_series(1, 2) g \g /dev/null
+select array_agg(id order by staged_at, seq) as ha_ids from jobs.outbox \gset
+select is(array(select id from jobs.outbox_claim(relay_id => 'relay-a', batch_size => 1)),
+          (:'ha_ids'::uuid[])[1:1], 'prefix: relay-a claims the first of 2 rows');
+set local durajobs.now = '2026-01-02 13:00:00+00';
+select (jobs.outbox_stage(name => 'h', input => '{}', idempotency_key => 'k-ha-early')).id as ha_early \gset
+set local durajobs.now = '2026-01-02 13:00:20+00';
+select is(array(select id from jobs.outbox_claim(relay_id => 'relay-b', batch_size => 10)),
+          array[:'ha_early'::uuid],
+          'prefix: a row staged ahead of relay-a''s held row is claimable by relay-b, and only it, not the row behind relay-a''s');
+select is((select row(claimed_by, claim_expires_at)::text from jobs.outbox where id = (:'ha_ids'::uuid[])[2]),
+          row(null::text, null::timestamptz)::text, 'prefix: the row behind relay-a''s is left unclaimed');
+select is_empty($$select * from jobs.outbox_claim(relay_id => 'relay-a', batch_size => 10)$$,
+                'prefix: the rule binds relay-a too: relay-b now holds an earlier row, so relay-a claims nothing behind it');
+
+-- ---------------------------------------------------------------------------------------------
+-- R14: (staged_at, seq) is a total order, and within a transaction it is the order the rows were
+-- staged in. 10 rows staged in one transaction share staged_at; seq numbers them in the order of
+-- the jobs.outbox_stage calls. Ids are time-ordered only to the millisecond, so rows of one
+-- transaction can sort differently by id: here the ids are rewritten to sort in the reverse of
+-- the staging order, so id order cannot give the staging order. The first half (by seq) is then
+-- rewritten again, so the heap order is not the staging order either, and index scans are off,
+-- so the (staged_at, seq) index does not hand it out: only the claim's own order can give it.
 
 delete from jobs.outbox;
 set local durajobs.now = '2026-01-03 00:00:00+00';
-select jobs.outbox_stage(name => 'o', input => '{}', idempotency_key => 'k-o-' || g)
-  from generate_series(1, 10) g \g /dev/null
-update jobs.outbox set request = request where id in (select id from jobs.outbox order by id limit 5);
+-- one call after another, in a known order: the input's n is the call's place
+do $$
+begin
+  for g in 1..10 loop
+    perform jobs.outbox_stage(name => 'o', input => jsonb_build_object('n', g), idempotency_key => 'k-o-' || g);
+  end loop;
+end;
+$$;
+select is((select count(distinct staged_at) from jobs.outbox), 1::bigint,
+          'R14: the 10 rows staged in one transaction share staged_at');
+select is(array(select (request -> 'input' ->> 'n')::integer from jobs.outbox order by seq),
+          array(select generate_series(1, 10)), 'R14: seq numbers the rows in the order they were staged');
+
+update jobs.outbox o
+   set id = format('00000000-0000-7000-8000-%s', lpad((100 - r.n)::text, 12, '0'))::uuid
+  from (select id, row_number() over (order by staged_at, seq) as n from jobs.outbox) r
+ where o.id = r.id;
+select is(array(select (request -> 'input' ->> 'n')::integer from jobs.outbox order by id),
+          array(select generate_series(10, 1, -1)), 'R14: the ids now sort in the reverse of the staging order');
+update jobs.outbox set request = request where seq in (select seq from jobs.outbox order by seq limit 5);
 set local enable_indexscan = off;
 set local enable_indexonlyscan = off;
 set local enable_bitmapscan = off;
-select is((select count(distinct staged_at) from jobs.outbox), 1::bigint,
-          'R14: the 10 rows staged in one transaction share staged_at');
 
 create table jobs_test.r14 as
-  select 'relay-a' as relay, c.ord, c.id
+  select 'a1'::text as batch, c.ord, (c.request -> 'input' ->> 'n')::integer as n, c.id
     from jobs.outbox_claim(relay_id => 'relay-a', batch_size => 4)
          with ordinality as c(id, run_id, staged_at, request, claimed_by, claim_expires_at, ord);
 insert into jobs_test.r14
-  select 'relay-b', c.ord, c.id
+  select 'b', c.ord, (c.request -> 'input' ->> 'n')::integer, c.id
     from jobs.outbox_claim(relay_id => 'relay-b', batch_size => 4)
          with ordinality as c(id, run_id, staged_at, request, claimed_by, claim_expires_at, ord);
 insert into jobs_test.r14
-  select 'relay-c', c.ord, c.id
-    from jobs.outbox_claim(relay_id => 'relay-c', batch_size => 4)
+  select 'a2', c.ord, (c.request -> 'input' ->> 'n')::integer, c.id
+    from jobs.outbox_claim(relay_id => 'relay-a', batch_size => 4)
          with ordinality as c(id, run_id, staged_at, request, claimed_by, claim_expires_at, ord);
-select is(array(select id from jobs_test.r14 where relay = 'relay-a' order by ord),
-          array(select id from jobs.outbox order by id limit 4),
-          'R14: the first batch of 4 is the 4 lowest ids, in id order');
-select is(array(select id from jobs_test.r14 where relay = 'relay-b' order by ord),
-          array(select id from jobs.outbox order by id offset 4 limit 4),
-          'R14: a second relay''s batch is the next 4 ids, in id order');
-select is(array(select id from jobs_test.r14 where relay = 'relay-c' order by ord),
-          array(select id from jobs.outbox order by id offset 8),
-          'R14: a third relay''s batch is the last 2 ids, in id order');
+insert into jobs_test.r14
+  select 'a3', c.ord, (c.request -> 'input' ->> 'n')::integer, c.id
+    from jobs.outbox_claim(relay_id => 'relay-a', batch_size => 10)
+         with ordinality as c(id, run_id, staged_at, request, claimed_by, claim_expires_at, ord);
+select is(array(select n from jobs_test.r14 where batch = 'a1' order by ord), array[1, 2, 3, 4],
+          'R14: the first batch of 4 is the first 4 rows staged, in staging order, though their ids sort last');
+select is((select count(*) from jobs_test.r14 where batch = 'b'), 0::bigint,
+          'R14: a second relay''s batch is empty while relay-a holds the first rows (the prefix rule)');
+select is(array(select n from jobs_test.r14 where batch = 'a2' order by ord), array[1, 2, 3, 4],
+          'R14: relay-a claiming again re-takes the rows it still holds, in staging order');
+select is(array(select n from jobs_test.r14 where batch = 'a3' order by ord),
+          array[1, 2, 3, 4, 5, 6, 7, 8, 9, 10],
+          'R14: a larger claim by relay-a answers its held rows, then the rest, in staging order');
 
 -- after the leases lapse, two relays each claiming everything answer the same order
 select jobs_test.advance(interval '31 seconds') \g /dev/null
 insert into jobs_test.r14
-  select 'relay-d', c.ord, c.id
+  select 'd', c.ord, (c.request -> 'input' ->> 'n')::integer, c.id
     from jobs.outbox_claim(relay_id => 'relay-d', batch_size => 10)
          with ordinality as c(id, run_id, staged_at, request, claimed_by, claim_expires_at, ord);
 select jobs_test.advance(interval '31 seconds') \g /dev/null
 insert into jobs_test.r14
-  select 'relay-e', c.ord, c.id
+  select 'e', c.ord, (c.request -> 'input' ->> 'n')::integer, c.id
     from jobs.outbox_claim(relay_id => 'relay-e', batch_size => 10)
          with ordinality as c(id, run_id, staged_at, request, claimed_by, claim_expires_at, ord);
-select is(array(select id from jobs_test.r14 where relay = 'relay-d' order by ord),
-          array(select id from jobs.outbox order by id),
-          'R14: a relay claiming all 10 answers them in id order');
-select is(array(select id from jobs_test.r14 where relay = 'relay-e' order by ord),
-          array(select id from jobs_test.r14 where relay = 'relay-d' order by ord),
+select is(array(select n from jobs_test.r14 where batch = 'd' order by ord), array(select generate_series(1, 10)),
+          'R14: a relay claiming all 10 answers them in staging order (seq), not id order');
+select is(array(select id from jobs_test.r14 where batch = 'e' order by ord),
+          array(select id from jobs_test.r14 where batch = 'd' order by ord),
           'R14: a second relay claiming all 10 answers the identical order');
 
 set local enable_indexscan = on;
 set local enable_indexonlyscan = on;
 set local enable_bitmapscan = on;
 
+-- the same order where the (staged_at, seq) index may serve it
+select jobs_test.advance(interval '31 seconds') \g /dev/null
+select is(array(select (c.request -> 'input' ->> 'n')::integer
+                  from jobs.outbox_claim(relay_id => 'relay-f', batch_size => 10)
+                       with ordinality as c(id, run_id, staged_at, request, claimed_by, claim_expires_at, ord)
+                 order by c.ord),
+          array(select generate_series(1, 10)), 'R14: with index scans allowed, the same staging order');
+
 -- staged_at comes first: a row of a transaction that started earlier (earlier staged_at) is
--- claimed before a row staged earlier by a later transaction, though its id is higher
+-- claimed before a row staged earlier by a later transaction, though its id and seq are higher
 delete from jobs.outbox;
 set local durajobs.now = '2026-01-03 01:00:10+00';
 select (jobs.outbox_stage(name => 'o2', input => '{}', idempotency_key => 'k-o2-late')).id as o2_late \gset
@@ -260,10 +385,13 @@ set local durajobs.now = '2026-01-03 01:00:00+00';
 select (jobs.outbox_stage(name => 'o2', input => '{}', idempotency_key => 'k-o2-early')).id as o2_early \gset
 set local durajobs.now = '2026-01-03 01:00:20+00';
 select ok(:'o2_early'::uuid > :'o2_late'::uuid, 'the row staged second has the higher id');
+select ok((select seq from jobs.outbox where id = :'o2_early') > (select seq from jobs.outbox where id = :'o2_late'),
+          'the row staged second has the higher seq');
 select is(array(select id from jobs.outbox_claim(relay_id => 'relay-a', batch_size => 1)),
-          array[:'o2_early'::uuid], 'the batch of 1 is the row with the earlier staged_at, not the lower id');
+          array[:'o2_early'::uuid], 'the batch of 1 is the row with the earlier staged_at, not the lower id or seq');
+select jobs.outbox_mark_published(relay_id => 'relay-a', ids => array[:'o2_early'::uuid]) \g /dev/null
 select is(array(select id from jobs.outbox_claim(relay_id => 'relay-b', batch_size => 1)),
-          array[:'o2_late'::uuid], 'the next batch is the row with the later staged_at');
+          array[:'o2_late'::uuid], 'once it is published, the next batch is the row with the later staged_at');
 
 -- ---------------------------------------------------------------------------------------------
 -- R12: a relay whose lease lapsed cannot release or mark the rows another relay re-claimed;
@@ -347,9 +475,14 @@ select is((select count(*) from jobs.outbox
 select is_empty($$select * from jobs.outbox_claim(relay_id => 'relay-b', batch_size => 10)$$,
                 'R13: the rows are still not claimable by relay-b');
 
--- a mixed call marks only the caller's own rows
+-- a mixed call marks only the caller's own rows. While relay-a holds its rows, relay-c can hold
+-- a row only ahead of them (the prefix rule): one of a transaction that started earlier and
+-- committed late
+set local durajobs.now = '2026-01-04 23:59:59+00';
 select (jobs.outbox_stage(name => 'f', input => '{}', idempotency_key => 'k-f-c')).id as fc_id \gset
-select jobs.outbox_claim(relay_id => 'relay-c', batch_size => 10) \g /dev/null
+set local durajobs.now = '2026-01-05 00:00:00+00';
+select is(array(select id from jobs.outbox_claim(relay_id => 'relay-c', batch_size => 10)), array[:'fc_id'::uuid],
+          'R13: relay-c claims the row ahead of relay-a''s, and only it');
 select is(array(select * from jobs.outbox_mark_published(relay_id => 'relay-c',
                                                          ids => :'f_ids'::uuid[] || :'fc_id'::uuid)),
           array[:'fc_id'::uuid], 'R13: a mark naming its own and another relay''s rows marks only its own');
@@ -362,9 +495,9 @@ select is(jobs.outbox_release(relay_id => 'relay-a', ids => :'f_ids'), 2,
 select is((select count(*) from jobs.outbox
             where id = any(:'f_ids') and claimed_by is null and claim_expires_at is null), 2::bigint,
           'release clears claimed_by and claim_expires_at');
-select set_eq($$select id from jobs.outbox_claim(relay_id => 'relay-b', batch_size => 10)$$,
-              $$select unnest(ids) from jobs_test.f_ids$$,
-              'released rows are claimable at once by another relay, with no wait for the lease');
+select is(array(select id from jobs.outbox_claim(relay_id => 'relay-b', batch_size => 10)),
+          array(select id from jobs.outbox where id = any(:'f_ids') order by staged_at, seq),
+          'released rows are claimable at once by another relay, with no wait for the lease, in staging order');
 
 -- NULL ids and a missing claimant are refused
 select throws_ok($$select * from jobs.outbox_mark_published(relay_id => 'relay-a', ids => null)$$,
@@ -488,7 +621,7 @@ create table jobs_test.relayed as
   select r.ord, r.id, r.run_id, r.deduped
     from jobs.outbox_relay(relay_id => 'relay-r') with ordinality as r(id, run_id, deduped, ord);
 select is(array(select id from jobs_test.relayed order by ord), array[:'r2_id', :'r1_id', :'r3_id']::uuid[],
-          'relay: publishes the batch in (staged_at, id) order');
+          'relay: publishes the batch in (staged_at, seq) order');
 select is(array(select run_id from jobs_test.relayed order by ord),
           array[:'r2_run_id', :'r1_run_id', :'r3_run_id']::uuid[], 'relay: answers the staged run_ids');
 select is(array(select deduped from jobs_test.relayed order by ord), array[false, false, false],
@@ -520,21 +653,54 @@ select (jobs.outbox_stage(name => 'r', input => '{}', idempotency_key => 'k-r-b'
 select is((select count(*) from jobs.outbox_relay(relay_id => 'relay-r', batch_size => 2)), 2::bigint,
           'relay: batch_size 2 publishes exactly 2');
 select is(array(select id from jobs.outbox where published_at is null),
-          array(select id from jobs.outbox where request ->> 'idempotency_key' like 'k-r-b%' order by staged_at, id offset 2),
+          array(select id from jobs.outbox where request ->> 'idempotency_key' like 'k-r-b%' order by staged_at, seq offset 2),
           'relay: the row left is the last in staged order');
 select is((select count(*) from jobs.outbox_relay(relay_id => 'relay-r', batch_size => 2)), 1::bigint,
           'relay: the next call publishes the rest');
 
--- a row another relay holds under a live lease is not published
+-- the rows of one transaction go out in the order they were staged (seq), whatever their ids:
+-- here the ids are rewritten to sort the other way
+select jobs_test.advance(interval '1 second') \g /dev/null
+do $$
+begin
+  for g in 1..5 loop
+    perform jobs.outbox_stage(name => 'r', input => jsonb_build_object('n', g),
+                              idempotency_key => 'k-r-seq-' || g, queue => 'q-r');
+  end loop;
+end;
+$$;
+update jobs.outbox o
+   set id = format('00000000-0000-7000-8000-%s', lpad((200 - r.n)::text, 12, '0'))::uuid
+  from (select id, row_number() over (order by staged_at, seq) as n
+          from jobs.outbox where request ->> 'idempotency_key' like 'k-r-seq-%') r
+ where o.id = r.id;
+select is(array(select (request -> 'input' ->> 'n')::integer from jobs.outbox
+                 where request ->> 'idempotency_key' like 'k-r-seq-%' order by id),
+          array[5, 4, 3, 2, 1], 'relay: 5 rows staged in one transaction whose ids sort the other way');
+create table jobs_test.relayed_seq as
+  select r.ord, r.id
+    from jobs.outbox_relay(relay_id => 'relay-r') with ordinality as r(id, run_id, deduped, ord);
+select is(array(select (o.request -> 'input' ->> 'n')::integer
+                  from jobs_test.relayed_seq s join jobs.outbox o using (id) order by s.ord),
+          array[1, 2, 3, 4, 5], 'relay: publishes the rows of one transaction in the order they were staged');
+select is(array(select (j.input ->> 'n')::integer
+                  from jobs_test.relayed_seq s join jobs.jobs j using (id) order by s.ord),
+          array[1, 2, 3, 4, 5], 'relay: each job is made under its own row''s id, with its input');
+
+-- a row another relay holds under a live lease is not published, nor (the prefix rule) a row
+-- staged after it
 select jobs_test.advance(interval '1 second') \g /dev/null
 select (jobs.outbox_stage(name => 'r', input => '{}', idempotency_key => 'k-r-held', queue => 'q-r')).id as rh_id \gset
 select jobs.outbox_claim(relay_id => 'relay-x', batch_size => 10) \g /dev/null
+select jobs_test.advance(interval '1 second') \g /dev/null
+select (jobs.outbox_stage(name => 'r', input => '{}', idempotency_key => 'k-r-behind', queue => 'q-r')).id as rb_id \gset
 select is_empty($$select * from jobs.outbox_relay(relay_id => 'relay-r')$$,
-                'relay: a row another relay holds under a live lease is not published');
+                'relay: a row another relay holds under a live lease is not published, nor the row staged after it');
 select is((select count(*) from jobs.jobs where id = :'rh_id'), 0::bigint, 'relay: no job for the held row');
-select jobs_test.advance(interval '31 seconds') \g /dev/null
-select is(array(select id from jobs.outbox_relay(relay_id => 'relay-r')), array[:'rh_id'::uuid],
-          'relay: once that lease lapses, the row is published');
+select is((select count(*) from jobs.jobs where id = :'rb_id'), 0::bigint, 'relay: no job for the row behind it');
+select jobs_test.advance(interval '30 seconds') \g /dev/null
+select is(array(select id from jobs.outbox_relay(relay_id => 'relay-r')), array[:'rh_id'::uuid, :'rb_id'::uuid],
+          'relay: once that lease lapses, the held row is published, then the row behind it');
 select is_empty(format($$select * from jobs.outbox_mark_published(relay_id => 'relay-x', ids => array[%L::uuid])$$, :'rh_id'),
                 'relay: the dead relay''s late mark changes nothing');
 

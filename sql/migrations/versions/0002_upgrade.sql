@@ -19,14 +19,17 @@ $$;
 -- Tables: jobs.outbox (insert, update). Locks: outbox rows, `for update skip locked` in the claim.
 -- Wake: pg_notify('jobs_outbox_wake', '') from a stage, delivered on commit, and only when no
 -- committed unclaimed row is already waiting (a relay that has one to do is already busy).
--- Order: every claim answers rows by (staged_at, id), a total order (ids are time-ordered), so
--- two relays compose the same batch in the same order and a later row never overtakes an earlier.
+-- Order: rows go out by (staged_at, seq): the transaction's start, then the order the rows were
+-- staged in (seq is a sequence: ids are time-ordered only to the millisecond). Claims are
+-- serialised (a transaction-scoped advisory lock) and a relay claims only ahead of any row
+-- another relay holds, so even with several relays a later row never overtakes an earlier one.
 
 create table jobs.outbox (
   -- the id IS the job's id, and the run id is allocated here: a staged enqueue answers real ids
   id uuid primary key,
   run_id uuid not null,
   staged_at timestamptz not null,
+  seq bigint generated always as identity,
   request jsonb not null,
   claimed_by text,
   claim_expires_at timestamptz,
@@ -36,7 +39,7 @@ create table jobs.outbox (
 
 -- what a relay claims: unpublished rows, in publish order
 create index outbox_unpublished_idx
-  on jobs.outbox (staged_at, id)
+  on jobs.outbox (staged_at, seq)
   where published_at is null;
 
 create type jobs.outbox_record as (
@@ -131,9 +134,13 @@ $$;
 -- jobs.outbox_claim: claim up to batch_size staged rows for relay_id under a lease. A claim,
 -- not a read: the claimant and the lease are stamped in the locking statement, so a second
 -- relay cannot take the same rows until the lease lapses (a dead relay's rows come back then).
--- Arguments: relay_id, batch_size (100), lease (30 s; must be positive).
--- Answers the claimed rows in (staged_at, id) order. Raises X_ARGUMENT_INVALID.
--- Locks: the rows it answers, skip locked. Introduced in revision 0002.
+-- A relay claims only rows ahead of the first row another relay holds under a live lease, and
+-- claims run one at a time: several relays never publish out of order (one works, the others
+-- stand by until its rows are published or its lease lapses).
+-- Arguments: relay_id, batch_size (100), lease (30 s; positive, at most a day).
+-- Answers the claimed rows in (staged_at, seq) order. Raises X_ARGUMENT_INVALID.
+-- Locks: an advisory lock for the claiming transaction, then the rows it answers.
+-- Introduced in revision 0002.
 create function jobs.outbox_claim(
   relay_id text,
   batch_size integer default 100,
@@ -146,6 +153,7 @@ set search_path = pg_catalog, pg_temp
 as $$
 declare
   v_now timestamptz := jobs._now();
+  v_held_from jobs.outbox%rowtype;
 begin
   perform jobs._check_relay('jobs.outbox_claim', outbox_claim.relay_id, '{}');
   if batch_size is null or batch_size < 1 then
@@ -155,13 +163,31 @@ begin
     perform jobs._invalid('jobs.outbox_claim', 'lease', 'must be a positive interval of at most a day');
   end if;
 
+  -- one claim at a time (released at commit, so safe behind a pool): the next claim's snapshot
+  -- sees this one's stamps, and the prefix rule below holds
+  perform pg_advisory_xact_lock(hashtext('jobs.outbox_claim'));
+
+  select o.*
+    into v_held_from
+    from jobs.outbox o
+   where o.published_at is null
+     and o.claimed_by is distinct from outbox_claim.relay_id
+     and o.claim_expires_at > v_now
+   order by o.staged_at, o.seq
+   limit 1;
+
   return query
     with claimable as materialized (
       select o.id
         from jobs.outbox o
        where o.published_at is null
-         and (o.claimed_by is null or o.claim_expires_at <= v_now)
-       order by o.staged_at, o.id
+         -- its own held rows too: a relay never claims past rows it still holds
+         and (o.claimed_by is null
+              or o.claim_expires_at <= v_now
+              or o.claimed_by = outbox_claim.relay_id)
+         and (v_held_from.id is null
+              or (o.staged_at, o.seq) < (v_held_from.staged_at, v_held_from.seq))
+       order by o.staged_at, o.seq
        limit outbox_claim.batch_size
          for update skip locked
     ),
@@ -171,11 +197,11 @@ begin
              claim_expires_at = v_now + outbox_claim.lease
         from claimable c
        where o.id = c.id
-      returning o.id, o.run_id, o.staged_at, o.request, o.claimed_by, o.claim_expires_at
+      returning o.id, o.run_id, o.staged_at, o.seq, o.request, o.claimed_by, o.claim_expires_at
     )
     select c.id, c.run_id, c.staged_at, c.request, c.claimed_by, c.claim_expires_at
       from claimed c
-     order by c.staged_at, c.id;
+     order by c.staged_at, c.seq;
 end;
 $$;
 
@@ -261,7 +287,8 @@ $$;
 -- transaction: claim, publish each row in order, mark them published. A publish that raises
 -- rolls the whole batch back, so nothing overtakes anything.
 -- Arguments: relay_id, batch_size (100).
--- Answers one (id, run_id, deduped) per published row, in publish order.
+-- Answers one (id, run_id, deduped) per published row, in publish order. Claims are serialised,
+-- so a second relay waits for this transaction rather than publish rows behind it.
 -- Raises X_ARGUMENT_INVALID and what jobs.enqueue raises. Locks: the claimed outbox rows.
 -- Introduced in revision 0002.
 create function jobs.outbox_relay(relay_id text, batch_size integer default 100)
