@@ -17,7 +17,7 @@ import psycopg
 from pydantic import BaseModel, ValidationError
 
 from durajobs import calls
-from durajobs.client import Client, execute, execute_async
+from durajobs.client import Client, check_schema, check_schema_async, execute, execute_async
 from durajobs.durations import DeclarationInvalid, Duration, parse_duration
 from durajobs.errors import (
     ArgumentInvalid,
@@ -275,6 +275,7 @@ class Registry:
         self.database_url = database_url
         self.outbox = outbox
         self.mode = mode
+        self._schema_checked = False  # once per registry: a missing or old schema names the fix
 
     def job(
         self,
@@ -405,14 +406,28 @@ class Registry:
         if isinstance(using, Client):
             return using.run(call)
         if using is not None:
-            return execute(sync_connection(using), call)
-        with psycopg.connect(self._url(), autocommit=True) as connection:
+            connection = sync_connection(using)
+            self._check(connection)
             return execute(connection, call)
+        with psycopg.connect(self._url(), autocommit=True) as fresh:
+            self._check(fresh)
+            return execute(fresh, call)
 
     async def run_async(self, call: calls.Call[T], using: object = None) -> T:
         if using is not None:
-            return await execute_async(await async_connection(using), call)
-        async with await psycopg.AsyncConnection.connect(
-            self._url(), autocommit=True
-        ) as connection:
+            connection = await async_connection(using)
+            await self._check_async(connection)
             return await execute_async(connection, call)
+        async with await psycopg.AsyncConnection.connect(self._url(), autocommit=True) as fresh:
+            await self._check_async(fresh)
+            return await execute_async(fresh, call)
+
+    def _check(self, connection: psycopg.Connection[Any]) -> None:
+        if not self._schema_checked:
+            check_schema(connection)  # a savepoint inside the caller's transaction
+            self._schema_checked = True
+
+    async def _check_async(self, connection: psycopg.AsyncConnection[Any]) -> None:
+        if not self._schema_checked:
+            await check_schema_async(connection)
+            self._schema_checked = True

@@ -1,7 +1,7 @@
 """The outbox relay: moves staged jobs from an application's database to the queue's.
 
 A pass claims a batch under a lease (stamped in the locking statement), publishes each row in
-(staged_at, id) order with jobs.enqueue under the row's own id and run id, then marks the
+staging order with jobs.enqueue under the row's own id and run id, then marks the
 published rows. A publish that fails stops the batch, so a later row never overtakes an earlier
 one, and hands the rest back at once. A crash between publish and mark re-publishes later and
 meets the job the first publish made (by-id dedupe): the handler still runs once.
@@ -85,6 +85,7 @@ class OutboxRelay:
         self._running = True
         self._pass: asyncio.Task[int] | None = None
         self.published = 0
+        self.idle_waits: list[float] = []  # the idle backoff as it happened
 
     def kick(self, _payload: str | None = None) -> None:
         self._kick.set()
@@ -140,6 +141,8 @@ class OutboxRelay:
                     continue
                 proven = self._wake is not None and self._wake.proven
                 ceiling = WOKEN_IDLE_CEILING if proven else self.idle_ceiling
+                if not moved:
+                    self.idle_waits.append(wait.total_seconds())
                 try:
                     await asyncio.wait_for(self._kick.wait(), wait.total_seconds())
                     wait = self.interval

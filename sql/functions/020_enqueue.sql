@@ -334,6 +334,18 @@ begin
   if v_bad_key is not null then
     perform jobs._invalid('jobs.enqueue_many', v_bad_key, 'is not an argument of jobs.enqueue');
   end if;
+  -- an explicit null is refused where jobs.enqueue refuses it: never read as the default
+  select format('requests[%s].%s', e.ord, k.key)
+    into v_bad_key
+    from jsonb_array_elements(requests) with ordinality as e(item, ord),
+         jsonb_each(e.item) as k(key, value)
+   where k.key in ('queue', 'max_attempts', 'priority')
+     and jsonb_typeof(k.value) = 'null'
+   order by e.ord
+   limit 1;
+  if v_bad_key is not null then
+    perform jobs._invalid('jobs.enqueue_many', v_bad_key, 'must not be null (leave it out for the default)');
+  end if;
 
   begin
   select coalesce(array_agg(parsed.r order by (parsed.r).ord), '{}')

@@ -2,7 +2,7 @@
 -- dedupe on the live (name, tenant, idempotency key), with the regression cases R1-R7, R16, R87.
 begin;
 \ir fixtures/factory.sql
-select plan(145);
+select plan(149);
 
 set local durajobs.now = '2026-01-01 00:00:00+00';
 
@@ -509,6 +509,20 @@ select throws_ok(
 select is((select last_value from jobs_test.find_live_calls), 2::bigint,
           'R7: enqueue_many tried exactly twice');
 select is(jobs_test.job_count(), :'r7_before'::bigint, 'R7: JQ005 inserts nothing');
+
+
+-- an explicit null is refused as jobs.enqueue refuses it, never read as the default
+select throws_ok(
+  $$select * from jobs.enqueue_many('[{"name": "nul", "input": {}, "idempotency_key": "k-nul", "queue": null}]')$$,
+  'JQ001', null, 'enqueue_many: an explicit null queue raises JQ001, as jobs.enqueue does');
+select throws_ok(
+  $$select * from jobs.enqueue_many('[{"name": "nul", "input": {}, "idempotency_key": "k-nul", "priority": null}]')$$,
+  'JQ001', null, 'enqueue_many: an explicit null priority raises JQ001');
+select throws_ok(
+  $$select * from jobs.enqueue_many('[{"name": "nul", "input": {}, "idempotency_key": "k-nul", "max_attempts": null}]')$$,
+  'JQ001', null, 'enqueue_many: an explicit null max_attempts raises JQ001');
+select is((select deduped from jobs.enqueue_many('[{"name": "nul", "input": {}, "idempotency_key": "k-nul-ok", "run_at": null, "tenant_id": null}]')),
+          false, 'enqueue_many: a null run_at (now) or tenant_id (none) is what jobs.enqueue accepts too');
 
 select * from finish();
 rollback;

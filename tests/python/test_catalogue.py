@@ -108,6 +108,23 @@ def _every_builder_with_every_argument():
         calls.resume_queue("q"),
         calls.requeue(job, from_step="s"),
         calls.cancel(job, reason="r"),
+        calls.outbox_stage(
+            "n",
+            {},
+            "k",
+            queue="q",
+            tenant_id="t",
+            run_at=now,
+            max_attempts=3,
+            priority=1,
+            run_id=uuid4(),
+            traceparent="tp",
+            enqueued_by="me",
+        ),
+        calls.outbox_claim("r", batch_size=2, lease=timedelta(seconds=5)),
+        calls.outbox_mark_published("r", [job]),
+        calls.outbox_release("r", [job]),
+        calls.outbox_relay("r", batch_size=2),
     ]
 
 

@@ -42,11 +42,11 @@ def _jobs(database_url):
 
 
 def _outbox(database_url):
-    """Each outbox row by (staged_at, id): (id, claimed_by, leased, published)."""
+    """Each outbox row in staging order: (id, claimed_by, leased, published)."""
     return _rows(
         database_url,
         "select id, claimed_by, claim_expires_at is not null, published_at is not null"
-        " from jobs.outbox order by staged_at, id",
+        " from jobs.outbox order by staged_at, seq",
     )
 
 
@@ -863,3 +863,112 @@ def test_a_stage_notifies_once_and_not_while_a_row_waits(database_url):
         _stage(database_url, job, ["k6"])
         heard = list(listener.notifies(timeout=2, stop_after=1))
         assert [n.channel for n in heard] == ["jobs_outbox_wake"]
+
+
+def test_an_idle_relay_backs_off_to_its_ceiling(database_url):
+    relay = OutboxRelay(
+        database_url,
+        listen=False,
+        interval=timedelta(milliseconds=10),
+        idle_ceiling=timedelta(milliseconds=80),
+    )
+
+    async def scenario():
+        runner = asyncio.ensure_future(relay.run())
+        while len(relay.idle_waits) < 6:
+            await asyncio.sleep(0.01)
+        relay.stop()
+        await runner
+
+    asyncio.run(scenario())
+    assert relay.idle_waits[:6] == [0.01, 0.02, 0.04, 0.08, 0.08, 0.08]
+
+
+def test_the_relay_command_publishes_and_stops_on_sigterm(database_url):
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    job = _declare(durajobs.Registry(database_url, outbox=True))
+    staged = _stage(database_url, job, ["a", "b", "c"])
+    process = subprocess.Popen(
+        [sys.executable, "-m", "durajobs.cli", "relay"],
+        env={**os.environ, "DATABASE_URL": database_url},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while len(_jobs(database_url)) < 3:
+            assert time.monotonic() < deadline, "the relay command published nothing"
+            time.sleep(0.05)
+    finally:
+        process.send_signal(signal.SIGTERM)
+        output, _ = process.communicate(timeout=30)
+    assert process.returncode == 0, output
+    assert _jobs(database_url) == sorted((s.id, s.run_id) for s in staged)
+    assert all(published for *_, published in _outbox(database_url))
+
+
+def test_a_relay_process_killed_between_publish_and_mark_still_runs_the_job_once(
+    database_url, queue_url
+):
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    ran: list[str] = []
+    registry = durajobs.Registry(queue_url, outbox=True)
+    job = _declare(registry, handler=lambda ctx: ran.append(ctx.input.key))
+    (staged,) = _stage(database_url, job, ["once"])
+    # a relay that publishes, then hangs before its mark: the moment SIGKILL lands
+    script = (
+        "import asyncio, sys\n"
+        "from durajobs.relay import OutboxRelay\n"
+        "relay = OutboxRelay(sys.argv[1], sys.argv[2], claim_lease='500ms', listen=False)\n"
+        "async def hang(ids):\n"
+        "    await asyncio.sleep(3600)\n"
+        "relay.mark_published = hang\n"
+        "asyncio.run(relay.run())\n"
+    )
+    process = subprocess.Popen([sys.executable, "-c", script, database_url, queue_url])
+    try:
+        deadline = time.monotonic() + 30
+        while not _jobs(queue_url):
+            assert time.monotonic() < deadline, "the doomed relay never published"
+            time.sleep(0.05)
+    finally:
+        os.kill(process.pid, signal.SIGKILL)
+        process.wait(timeout=10)
+    assert _outbox(database_url)[0][3] is False  # published, never marked
+
+    time.sleep(0.6)  # the dead relay's claim lease lapses
+    survivor = _relay(database_url, queue_url, listen=False)
+
+    async def scenario():
+        await survivor.open()
+        try:
+            return await survivor.run_once()
+        finally:
+            await survivor.close()
+
+    assert asyncio.run(scenario()) == 1  # re-published: it meets the first job
+    assert _jobs(queue_url) == [(staged.id, staged.run_id)]
+    assert _outbox(database_url)[0][3] is True
+
+    worker = durajobs.Worker(registry, queue_url, listen=False)
+
+    async def work():
+        runner = asyncio.ensure_future(worker.run())
+        deadline = time.monotonic() + 20
+        while _rows(queue_url, "select state from jobs.jobs") != [("done",)]:
+            assert time.monotonic() < deadline
+            await asyncio.sleep(0.05)
+        worker.stop()
+        await runner
+
+    asyncio.run(work())
+    assert ran == ["once"]

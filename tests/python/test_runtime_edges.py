@@ -269,3 +269,140 @@ def test_a_lease_loss_found_by_a_step_write_is_logged_once(database_url, caplog)
     assert execution.outcome is durajobs.Outcome.LEASE_LOST
     lost = [r for r in caplog.records if r.getMessage() == "jobs.lease.lost"]
     assert [getattr(r, "reason", None) for r in lost] == ["fenced"]
+
+
+def test_an_enqueue_into_an_unmigrated_database_names_durajobs_migrate(empty_database_url):
+    registry = durajobs.Registry(database_url=empty_database_url)
+
+    @registry.job(name="early", input=Item, idempotency_key=lambda i: i.key, tenant="none")
+    async def early(ctx):
+        return None
+
+    with pytest.raises(durajobs.errors.SchemaVersionMismatch, match="durajobs migrate"):
+        early.enqueue({"key": "k"})
+    with pytest.raises(durajobs.errors.SchemaVersionMismatch, match="durajobs migrate"):
+        asyncio.run(early.enqueue_async({"key": "k"}))
+
+
+def test_why_a_job_stopped_is_in_the_log_with_its_verdict(database_url, caplog):
+    registry = durajobs.Registry(database_url=database_url)
+
+    class Refused(durajobs.DurajobsError):
+        code = "X_TEST_EDGE_REFUSED"
+
+    durajobs.register_error_class(Refused.code, durajobs.ErrorClass.TERMINAL)
+
+    @registry.job(
+        name="refused",
+        input=Item,
+        idempotency_key=lambda i: i.key,
+        tenant="none",
+        retry=RetryPolicy.of(attempts=5),
+    )
+    async def refused(ctx):
+        raise Refused("the other side said no")
+
+    refused.enqueue({"key": "k"})
+    with caplog.at_level(logging.ERROR, logger="durajobs"):
+        asyncio.run(_execute_one(database_url, registry))
+    (failed,) = [r for r in caplog.records if r.getMessage() == "jobs.attempt.failed"]
+    assert (failed.stop, failed.code, failed.attempt) == ("terminal", "X_TEST_EDGE_REFUSED", 1)
+
+
+def test_the_final_attempt_is_told_to_the_body(database_url):
+    registry = durajobs.Registry(database_url=database_url)
+    seen: list[tuple[int, bool]] = []
+
+    @registry.job(
+        name="last",
+        input=Item,
+        idempotency_key=lambda i: i.key,
+        tenant="none",
+        retry=RetryPolicy.of(attempts=2, delay="10ms", jitter=False),
+    )
+    async def last(ctx):
+        seen.append((ctx.attempt, ctx.final_attempt))
+        raise RuntimeError("again")
+
+    last.enqueue({"key": "k"})
+    asyncio.run(_execute_one(database_url, registry))
+    with psycopg.connect(database_url, autocommit=True) as connection:
+        connection.execute("update jobs.jobs set run_at = now()")
+    asyncio.run(_execute_one(database_url, registry))
+    assert seen == [(1, False), (2, True)]
+
+
+def test_a_late_body_is_logged_as_abandoned(database_url, caplog):
+    registry = durajobs.Registry(database_url=database_url)
+
+    @registry.job(
+        name="late-body",
+        input=Item,
+        idempotency_key=lambda i: i.key,
+        tenant="none",
+        timeout="100ms",
+    )
+    def late_body(ctx):
+        import time
+
+        time.sleep(1.0)  # ignores ctx.cancelled
+
+    late_body.enqueue({"key": "k"})
+
+    async def scenario():
+        execution = await _execute_one(database_url, registry)
+        await asyncio.sleep(1.5)  # the body finishes after its attempt ended
+        return execution
+
+    with caplog.at_level(logging.WARNING, logger="durajobs"):
+        execution = asyncio.run(scenario())
+    assert execution.code == "X_JOB_TIMEOUT"
+    assert [r.getMessage() for r in caplog.records].count("jobs.timeout.abandoned") == 1
+
+
+def test_an_ack_that_matches_nothing_is_logged_unowned(database_url, caplog):
+    registry = durajobs.Registry(database_url=database_url)
+
+    @registry.job(name="unowned", input=Item, idempotency_key=lambda i: i.key, tenant="none")
+    async def unowned(ctx):
+        with psycopg.connect(database_url, autocommit=True) as connection:
+            # another claim takes the row over while the body runs (R39)
+            connection.execute(
+                "update jobs.jobs set lease_expires_at = now() - interval '1 second'"
+            )
+            durajobs.execute(connection, calls.claim(["default"], "w"))
+
+    unowned.enqueue({"key": "k"})
+    with caplog.at_level(logging.WARNING, logger="durajobs"):
+        execution = asyncio.run(_execute_one(database_url, registry))
+    assert execution.outcome is durajobs.Outcome.UNOWNED
+    assert "jobs.settle.unowned" in [r.getMessage() for r in caplog.records]
+
+
+def test_the_attempt_deadline_reaches_a_step_fns_signal(database_url):
+    registry = durajobs.Registry(database_url=database_url)
+    told: list[str] = []
+
+    @registry.job(
+        name="deadline-step",
+        input=Item,
+        idempotency_key=lambda i: i.key,
+        tenant="none",
+        timeout="150ms",
+    )
+    def deadline_step(ctx):
+        def slow(signal):
+            if signal.wait(5):
+                told.append(signal.reason.code)
+
+        ctx.step.run("slow", slow)
+
+    deadline_step.enqueue({"key": "k"})
+    execution = asyncio.run(_execute_one(database_url, registry))
+    assert execution.code == "X_JOB_TIMEOUT"
+    import time
+
+    deadline = time.monotonic() + 5
+    while not told and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert told == ["X_JOB_TIMEOUT"]  # the run's deadline, not a step_timeout

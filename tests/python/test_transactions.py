@@ -523,7 +523,7 @@ def test_the_staged_ids_are_the_published_jobs_ids(database_url, engine, outbox_
     assert staged.id.int != 0
     assert staged.run_id.int != 0
     assert staged.id != staged.run_id
-    assert staged.id.version == 7  # time-ordered, so (staged_at, id) is a total order
+    assert staged.id.version == 7  # time-ordered, like every job id
     assert _relay_once(database_url) == 1
     assert _jobs(database_url) == [(staged.id, staged.run_id)]
     assert _rows(database_url, "select published_at is not null from jobs.outbox") == [(True,)]

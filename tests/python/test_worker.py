@@ -226,8 +226,14 @@ def test_a_retry_due_within_a_minute_gets_a_local_timer(database_url):
             raise RuntimeError("first try fails")
 
     flaky.enqueue({"key": "k"})
-    # idle ceiling of a minute: without the local timer the retry would wait that long
-    worker = Worker(registry, database_url, listen=False, idle_ceiling=timedelta(minutes=1))
+    # a poll floor and idle ceiling of a minute: only the local timer can bring the retry back
+    worker = Worker(
+        registry,
+        database_url,
+        listen=False,
+        poll_floor=timedelta(minutes=1),
+        idle_ceiling=timedelta(minutes=1),
+    )
     asyncio.run(_run_until(worker, lambda: len(attempts) == 2, timeout=20))
     assert attempts[1] - attempts[0] < 10
 
@@ -738,6 +744,96 @@ def test_a_sleep_due_within_a_minute_resumes_on_a_local_timer(database_url):
         finished.append(ctx.input.key)
 
     napper.enqueue({"key": "k"})
-    # the idle ceiling is a minute: only the local timer resumes it within the test's bound
-    worker = Worker(registry, database_url, listen=False, idle_ceiling=timedelta(minutes=1))
+    # a poll floor and idle ceiling of a minute: only the local timer resumes it in time
+    worker = Worker(
+        registry,
+        database_url,
+        listen=False,
+        poll_floor=timedelta(minutes=1),
+        idle_ceiling=timedelta(minutes=1),
+    )
     asyncio.run(_run_until(worker, lambda: finished == ["k"], timeout=15))
+
+
+def test_a_heartbeat_that_fails_once_is_a_warning_not_a_loss(database_url, caplog):
+    """H.91: a renewal failure with room left in the window only warns."""
+    registry = _registry(database_url)
+
+    @registry.job(name="blip", input=Item, idempotency_key=lambda i: i.key, tenant="none")
+    async def blip(ctx):
+        await asyncio.sleep(0.8)
+
+    blip.enqueue({"key": "k"})
+    worker = Worker(registry, database_url, listen=False, visibility=timedelta(milliseconds=600))
+    worker.keep_executions = True
+    real_run = worker.db.run
+    failures = {"left": 1}
+
+    async def flaky(call):
+        if call.function == "jobs.heartbeat_v1" and failures["left"]:
+            failures["left"] -= 1
+            raise psycopg.OperationalError("one renewal lost on the wire")
+        return await real_run(call)
+
+    worker.db.run = flaky  # type: ignore[method-assign]
+    with caplog.at_level(logging.INFO, logger="durajobs"):
+        asyncio.run(_run_until(worker, lambda: bool(worker.executions)))
+    messages = [r.getMessage() for r in caplog.records]
+    assert "jobs.heartbeat.failed" in messages
+    assert "jobs.lease.lost" not in messages
+    assert worker.executions[0].outcome is durajobs.Outcome.COMPLETED
+
+
+def test_a_per_queue_cap_holds_while_the_worker_runs(database_url):
+    registry = _registry(database_url)
+    running = {"now": 0, "most": 0}
+
+    @registry.job(
+        name="capped", input=Item, idempotency_key=lambda i: i.key, tenant="none", queue="narrow"
+    )
+    async def capped(ctx):
+        running["now"] += 1
+        running["most"] = max(running["most"], running["now"])
+        await asyncio.sleep(0.05)
+        running["now"] -= 1
+
+    for n in range(12):
+        capped.enqueue({"key": f"k{n}"})
+    worker = Worker(
+        registry, database_url, queues=["narrow"], concurrency={"narrow": 2}, listen=False
+    )
+    worker.keep_executions = True
+    asyncio.run(_run_until(worker, lambda: len(worker.executions) == 12))
+    assert running["most"] == 2
+
+
+def test_a_buried_job_is_reported_to_on_settled_once(database_url):
+    registry = _registry(database_url)
+    settled: list[durajobs.Settled] = []
+
+    @registry.job(
+        name="buried",
+        input=Item,
+        idempotency_key=lambda i: i.key,
+        tenant="none",
+        retry=RetryPolicy.of(attempts=1),
+        on_settled=settled.append,
+    )
+    async def buried(ctx):
+        return None
+
+    buried.enqueue({"key": "k"})
+    with psycopg.connect(database_url, autocommit=True) as connection:
+        durajobs.execute(connection, calls.claim(["default"], "died"))
+        connection.execute("update jobs.jobs set lease_expires_at = now() - interval '1 second'")
+    worker = Worker(
+        registry,
+        database_url,
+        listen=False,
+        poll_floor=timedelta(milliseconds=20),
+        idle_ceiling=timedelta(milliseconds=40),
+    )
+    # several more claim passes after the burial: it is reported once
+    asyncio.run(_run_until(worker, lambda: bool(settled) and len(worker.idle_waits) > 5))
+    assert [s.outcome for s in settled] == ["dead-lettered"]
+    assert settled[0].input == {"key": "k", "seconds": 0.0}

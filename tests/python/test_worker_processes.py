@@ -200,3 +200,29 @@ def test_the_worker_command_refuses_a_bad_cap_with_its_code(database_url):
     )
     assert done.returncode == 1
     assert "X_CONFIG_INVALID" in done.stderr
+
+
+def test_sigint_drains_like_sigterm(database_url, app_client):
+    job = app_client.enqueue("two-steps", {"key": "k", "seconds": 60}, "k", max_attempts=1)
+    worker = _worker(database_url)
+    _wait_for(lambda: _effects(database_url, "first") == 1, timeout=30, what="step one")
+    worker.send_signal(signal.SIGINT)
+    output, _ = worker.communicate(timeout=30)
+    assert worker.returncode == 0
+    assert "jobs.attempt.interrupted" in output
+    assert _one(database_url, "select state, attempt from jobs.jobs where id = %s", [job.id]) == (
+        "ready",
+        0,
+    )
+
+
+def test_a_body_abandoned_at_the_drain_deadline_does_not_hold_the_process(database_url, app_client):
+    app_client.enqueue("stubborn", {"key": "k", "seconds": 30}, "k")
+    worker = _worker(database_url, "--drain-deadline", "0.5")
+    _wait_for(lambda: _effects(database_url, "started") == 1, timeout=30, what="the body")
+    started = time.monotonic()
+    worker.send_signal(signal.SIGTERM)
+    output, _ = worker.communicate(timeout=60)
+    assert time.monotonic() - started < 10, "the abandoned thread kept the process alive"
+    assert worker.returncode == 0
+    assert "jobs.worker.drain-abandoned" in output

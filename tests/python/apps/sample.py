@@ -85,3 +85,9 @@ async def slow(ctx) -> None:
     await asyncio.to_thread(record, ctx.run_id, "started")
     await asyncio.sleep(ctx.input.seconds)
     await asyncio.to_thread(record, ctx.run_id, "finished")
+
+
+@registry.job(name="stubborn", input=Work, idempotency_key=lambda w: w.key, tenant="none")
+def stubborn(ctx) -> None:
+    record(ctx.run_id, "started")
+    time.sleep(ctx.input.seconds)  # never looks at ctx.cancelled
