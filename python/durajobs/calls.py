@@ -20,6 +20,7 @@ from durajobs.errors import ClaimQueuesEmpty
 from durajobs.records import (
     ClaimedJob,
     EnqueueResult,
+    EventLookup,
     OutboxRecord,
     QueueStat,
     Row,
@@ -380,3 +381,26 @@ def publish(staged: OutboxRecord) -> Call[EnqueueResult]:
         traceparent=request.get("traceparent"),
         enqueued_by=request.get("enqueued_by"),
     )
+
+
+def publish_event(
+    name: str,
+    payload: Any = None,
+    *,
+    correlation_key: str | None = None,
+    ttl: timedelta | None = None,
+) -> Call[UUID]:
+    arguments = {
+        "name": name,
+        "payload": None if payload is None else Jsonb(payload),
+        "correlation_key": correlation_key,
+        "ttl": ttl,
+    }
+    return _call("jobs.publish_event", "", arguments, _scalar, scalar=True)
+
+
+def find_event(
+    name: str, *, correlation_key: str | None = None, after: datetime | None = None
+) -> Call[EventLookup]:
+    arguments = {"name": name, "correlation_key": correlation_key, "after": after}
+    return _call("jobs.find_event", EventLookup.COLUMNS, arguments, _one(EventLookup.from_row))

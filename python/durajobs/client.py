@@ -23,7 +23,7 @@ T = TypeVar("T")
 
 # the oldest schema this package speaks; a newer one keeps the versioned worker protocol
 # (claim_v1, ...) it was built against for one release, so a rolling deploy runs both
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 # undefined_function, invalid_schema_name, undefined_table: the schema is not installed
 _NOT_INSTALLED = {"42883", "3F000", "42P01"}
@@ -204,6 +204,19 @@ class Client:
 
     def cancel(self, id: UUID, *, reason: str | None = None) -> bool:
         return self.run(calls.cancel(id, reason=reason))
+
+    def publish_event(
+        self,
+        name: str,
+        payload: Any = None,
+        *,
+        correlation_key: str | None = None,
+        ttl: timedelta | None = None,
+    ) -> UUID:
+        """Publish an event; runs waiting for it (step.wait_for_event) become due at once."""
+        return self.run(
+            calls.publish_event(name, payload, correlation_key=correlation_key, ttl=ttl)
+        )
 
     def requeue(self, id: UUID, *, from_step: str | None = None) -> bool:
         return self.run(calls.requeue(id, from_step=from_step))

@@ -30,6 +30,7 @@ from durajobs.errors import (
 )
 from durajobs.records import EnqueueResult
 from durajobs.retry import RetryPolicy
+from durajobs.steps import DEFAULT_EVENT_POLL
 from durajobs.transactions import async_connection, current_transaction, is_async, sync_connection
 
 I = TypeVar("I", bound=BaseModel)  # noqa: E741 - the input model, as in Job[I]
@@ -92,6 +93,7 @@ class Job(Generic[I]):
     retry: RetryPolicy
     timeout: timedelta | None
     step_timeout: timedelta | None
+    event_poll: timedelta
     on_settled: Callable[[Settled], Any] | None
     handler: Handler
     registry: Registry = field(repr=False)
@@ -245,6 +247,7 @@ class Job(Generic[I]):
                 "schedule_seconds": [d.total_seconds() for d in self.retry.schedule()],
             },
             "timeout_seconds": None if self.timeout is None else self.timeout.total_seconds(),
+            "event_poll_seconds": self.event_poll.total_seconds(),
             "step_timeout_seconds": (
                 None if self.step_timeout is None else self.step_timeout.total_seconds()
             ),
@@ -288,6 +291,7 @@ class Registry:
         retry: RetryPolicy | None = None,
         timeout: Duration | None = None,
         step_timeout: Duration | None = None,
+        event_poll: Duration = DEFAULT_EVENT_POLL,
         on_settled: Callable[[Settled], Any] | None = None,
     ) -> Callable[[Handler], Job[I]]:
         """Declare a job; use as a decorator on its handler, `def run(ctx)` or `async def`."""
@@ -316,6 +320,13 @@ class Registry:
                 f"job {name}: queue must be a non-empty name", detail={"field": "queue"}
             )
 
+        # every number is checked here, at declaration, before any handler is attached
+        attempt_timeout = None if timeout is None else parse_duration(timeout, field="timeout")
+        each_step_timeout = (
+            None if step_timeout is None else parse_duration(step_timeout, field="step_timeout")
+        )
+        poll = parse_duration(event_poll, field="event_poll")
+
         def declare(handler: Handler) -> Job[I]:
             if name in self._jobs:
                 raise JobDuplicate(
@@ -328,12 +339,9 @@ class Registry:
                 idempotency_key=idempotency_key,
                 tenant=tenant,
                 retry=retry or RetryPolicy(),
-                timeout=None if timeout is None else parse_duration(timeout, field="timeout"),
-                step_timeout=(
-                    None
-                    if step_timeout is None
-                    else parse_duration(step_timeout, field="step_timeout")
-                ),
+                timeout=attempt_timeout,
+                step_timeout=each_step_timeout,
+                event_poll=poll,
                 on_settled=on_settled,
                 handler=handler,
                 registry=self,

@@ -34,7 +34,7 @@ from durajobs.errors import (
     JobRowStatusUnknown,
     JobTimeout,
 )
-from durajobs.records import ClaimedJob, StepRecord
+from durajobs.records import ClaimedJob, EventLookup, StepRecord
 from durajobs.retry import ErrorClass, classify
 from durajobs.signals import CancelSignal
 from durajobs.states import NackTarget, StepStatus
@@ -152,6 +152,9 @@ class _Writer:
             )
         )
 
+    async def find_event(self, event: str, match: str | None, after: datetime) -> EventLookup:
+        return await self._db.run(calls.find_event(event, correlation_key=match, after=after))
+
 
 def _error_text(error: BaseException) -> str:
     return str(error) if isinstance(error, DurajobsError) else f"{type(error).__name__}: {error}"
@@ -237,7 +240,9 @@ async def execute(
         log.error("jobs.step.status-unknown", extra={"job": claimed.name, "detail": unknown.detail})
         return finish(Outcome.PARKED, error=str(unknown), code=unknown.code)
 
-    book = new_book(records, _Writer(db, claimed, worker_id, signal), signal, job.step_timeout)
+    book = new_book(
+        records, _Writer(db, claimed, worker_id, signal), signal, job.step_timeout, job.event_poll
+    )
     deadline: asyncio.TimerHandle | None = None
     if job.timeout is not None:
         limit = job.timeout

@@ -161,3 +161,20 @@ class OutboxRecord:
     @classmethod
     def from_row(cls, row: Row) -> OutboxRecord:
         return cls(*row)
+
+
+@dataclass(frozen=True, slots=True)
+class EventLookup:
+    """What jobs.find_event answered, with the database's now (the one clock of a wait)."""
+
+    found: bool
+    event_id: UUID | None
+    payload: Any
+    published_at: datetime | None
+    now: datetime
+
+    COLUMNS = "found, event_id, payload, published_at, now"
+
+    @classmethod
+    def from_row(cls, row: Row) -> EventLookup:
+        return cls(*row)

@@ -18,11 +18,13 @@ from typing import Any, Protocol, TypeVar, overload
 
 from durajobs.durations import Duration, parse_duration
 from durajobs.errors import Aborted, ArgumentInvalid, JobTimeout, StepDuplicate, StepOutputInvalid
-from durajobs.records import StepRecord
+from durajobs.records import EventLookup, StepRecord
 from durajobs.signals import CancelSignal
 from durajobs.states import StepStatus
 
 T = TypeVar("T")
+
+DEFAULT_EVENT_POLL = timedelta(seconds=30)
 
 
 class StepSuspension(BaseException):
@@ -35,11 +37,13 @@ class StepSuspension(BaseException):
 
 
 class StepWriter(Protocol):
-    """Stores a step's outcome for the attempt, fenced on its claim."""
+    """Stores a step's outcome for the attempt, fenced on its claim, and reads the event bus."""
 
     async def record_step(
         self, name: str, status: StepStatus, *, output: Any = None, wake_at: datetime | None = None
     ) -> StepRecord: ...
+
+    async def find_event(self, event: str, match: str | None, after: datetime) -> EventLookup: ...
 
 
 @dataclass
@@ -56,7 +60,9 @@ class _StepBook:
         writer: StepWriter,
         signal: CancelSignal,
         step_timeout: timedelta | None,
+        event_poll: timedelta = DEFAULT_EVENT_POLL,
     ) -> None:
+        self.event_poll = event_poll
         self.records = records
         self.writer = writer
         self.signal = signal
@@ -207,6 +213,26 @@ class AsyncSteps:
         if wake_at is not None:
             raise StepSuspension(wake_at, name)
 
+    async def wait_for_event(
+        self,
+        name: str,
+        event: str,
+        *,
+        match: str | None = None,
+        timeout: Duration | None = None,
+        required: bool = True,
+    ) -> Any:
+        """Park the run until an event named `event` (with correlation key `match`, if given) is
+        published after the wait began; answer its payload. Past `timeout`, a required wait
+        fails with X_JOB_TIMEOUT naming the step; an optional one answers None.
+        The run re-polls every `event_poll` (declared on the job), and a publish wakes it at once.
+        """
+        limit = None if timeout is None else parse_duration(timeout, field="timeout")
+        done, answer = await _wait_step(self._book, name, event, match, limit, required)
+        if not done:
+            raise answer
+        return answer
+
 
 class SyncSteps:
     """Steps for plain `def` handlers, which run in a worker thread."""
@@ -241,12 +267,70 @@ class SyncSteps:
         self._book.ran.append(name)
         return output
 
+    def wait_for_event(
+        self,
+        name: str,
+        event: str,
+        *,
+        match: str | None = None,
+        timeout: Duration | None = None,
+        required: bool = True,
+    ) -> Any:
+        """Park the run until a matching event is published (see AsyncSteps.wait_for_event)."""
+        limit = None if timeout is None else parse_duration(timeout, field="timeout")
+        done, answer = self._on_loop(_wait_step(self._book, name, event, match, limit, required))
+        if not done:
+            raise answer
+        return answer
+
     def sleep(self, name_or_duration: str | Duration, duration: Duration | None = None) -> None:
         """Park the run until the wake time (see AsyncSteps.sleep)."""
         name, length = self._book.sleep_name(name_or_duration, duration)
         wake_at = self._on_loop(_sleep_step(self._book, name, length))
         if wake_at is not None:
             raise StepSuspension(wake_at, name)
+
+
+async def _wait_step(
+    book: _StepBook,
+    name: str,
+    event: str,
+    match: str | None,
+    timeout: timedelta | None,
+    required: bool,
+) -> tuple[bool, Any]:
+    """Answer (True, payload) when the wait is over, or (False, the StepSuspension to raise)."""
+    replay = book.begin(name)
+    if replay is not None:
+        return True, replay.output
+    book.signal.raise_if_set()
+    stored = book.records.get(name)
+    if stored is not None and stored.status is StepStatus.WAITING:
+        began = stored.started_at
+    else:
+        waiting = await book.writer.record_step(
+            name, StepStatus.WAITING, output={"event": event, "match": match}
+        )
+        began = waiting.started_at  # the database's clock: the one a publish is stamped with
+    lookup = await book.writer.find_event(event, match, began)
+    if lookup.found:
+        await book.writer.record_step(name, StepStatus.COMPLETED, output=lookup.payload)
+        book.ran.append(name)
+        return True, lookup.payload
+    if timeout is not None and lookup.now >= began + timeout:
+        if required:
+            raise JobTimeout(
+                f"step {name!r} waited {timeout} for event {event!r} and none came",
+                detail={"step": name, "event": event, "match": match},
+            )
+        await book.writer.record_step(name, StepStatus.COMPLETED, output=None)
+        book.ran.append(name)
+        return True, None
+    wake = lookup.now + book.event_poll
+    if timeout is not None:
+        wake = min(wake, began + timeout)
+    # the delay on the database's clock, carried over to this process's clock
+    return False, StepSuspension(datetime.now(UTC) + (wake - lookup.now), name)
 
 
 async def _sleep_step(book: _StepBook, name: str, length: timedelta) -> datetime | None:
@@ -294,5 +378,6 @@ def new_book(
     writer: StepWriter,
     signal: CancelSignal,
     step_timeout: timedelta | None,
+    event_poll: timedelta = DEFAULT_EVENT_POLL,
 ) -> _StepBook:
-    return _StepBook(records, writer, signal, step_timeout)
+    return _StepBook(records, writer, signal, step_timeout, event_poll)

@@ -3,14 +3,15 @@
 -- Tables: jobs.error_codes (read by jobs._raise). Locks nothing.
 
 -- jobs.version: the installed schema version; the Python package refuses an older one.
--- Answers an integer. Raises nothing. Introduced in revision 0001; 2 since revision 0002.
+-- Answers an integer. Raises nothing. Introduced in revision 0001; 2 since revision 0002, 3
+-- since revision 0003.
 create function jobs.version()
 returns integer
 language sql
 stable
 set search_path = pg_catalog, pg_temp
 as $$
-  select 2
+  select 3
 $$;
 
 -- jobs._now: the one clock every function reads. A test pins it with

@@ -4,7 +4,7 @@ begin;
 select plan(24);
 
 -- jobs.version: the installed schema version is 1
-select is(jobs.version(), 2, 'jobs.version() answers 2 (revision 0002)');
+select is(jobs.version(), 3, 'jobs.version() answers 3 (revision 0003)');
 
 -- jobs._now honours durajobs.now, and follows it when it changes mid-transaction
 set local durajobs.now = '2026-01-01 00:00:00+00';

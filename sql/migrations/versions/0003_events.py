@@ -1,0 +1,27 @@
+"""events: the stored event bus behind step.wait_for_event
+
+Revision ID: 0003
+Revises: 0002
+Create Date: 2026-11-30
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from durajobs.migrations import apply_sql_file
+
+revision = "0003"
+down_revision = "0002"
+branch_labels = None
+depends_on = None
+
+HERE = Path(__file__).parent
+
+
+def upgrade() -> None:
+    apply_sql_file(HERE / f"{revision}_upgrade.sql")
+
+
+def downgrade() -> None:
+    apply_sql_file(HERE / f"{revision}_downgrade.sql")

@@ -1,0 +1,130 @@
+-- Revision 0003 up: the event bus (sql/functions/110_events.sql) and schema version 3.
+-- Frozen: never edit after release; a change ships as a new revision.
+
+create or replace function jobs.version()
+returns integer
+language sql
+stable
+set search_path = pg_catalog, pg_temp
+as $$
+  select 3
+$$;
+
+-- 110_events: a stored event bus for step.wait_for_event. A run waiting for an event parks
+-- 'suspended' with a 'waiting' step; publishing a matching event makes those runs due at once,
+-- and the run, resumed, finds the earliest matching event published since its wait began.
+-- One clock: events and waits are stamped with the database's time (jobs._now()), so a worker
+-- whose clock runs ahead can neither miss an event nor time out early.
+--
+-- Tables: jobs.events (insert, read), jobs.steps (read), jobs.jobs (update run_at of waiters).
+-- Lock order: job rows (the waiters), as everywhere.
+
+create table jobs.events (
+  id uuid primary key,
+  name text not null,
+  payload jsonb not null,
+  correlation_key text,
+  published_at timestamptz not null,
+  expires_at timestamptz not null
+);
+
+-- a waiter looks for the earliest event of a name (and key) published since its wait began
+create index events_find_idx
+  on jobs.events (name, correlation_key, published_at);
+
+create type jobs.event_lookup as (
+  found boolean,
+  event_id uuid,
+  payload jsonb,
+  published_at timestamptz,
+  now timestamptz
+);
+
+-- jobs.publish_event: publish an event and wake the runs waiting for it.
+-- Arguments: name; payload (a JSON value, {} by default); correlation_key (ties it to the waits
+-- that match on it; a wait without a match takes any event of the name); ttl (7 days).
+-- Answers the event's id. Raises X_ARGUMENT_INVALID. Locks: the waiting job rows it wakes.
+-- Introduced in revision 0003.
+create function jobs.publish_event(
+  name text,
+  payload jsonb default '{}',
+  correlation_key text default null,
+  ttl interval default interval '7 days'
+)
+returns uuid
+language plpgsql
+volatile
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+  v_now timestamptz := jobs._now();
+  v_id uuid := jobs._uuid_v7();
+begin
+  if name is null or btrim(name) = '' then
+    perform jobs._invalid('jobs.publish_event', 'name', 'must be a non-empty event name');
+  end if;
+  if payload is null then
+    perform jobs._invalid('jobs.publish_event', 'payload', 'must be a JSON value (''{}'' for none)');
+  end if;
+  if ttl is null or ttl <= interval '0' or ttl > interval '10 years' then
+    perform jobs._invalid('jobs.publish_event', 'ttl', 'must be a positive interval of at most 10 years');
+  end if;
+
+  insert into jobs.events as e (id, name, payload, correlation_key, published_at, expires_at)
+  values (v_id, publish_event.name, publish_event.payload, publish_event.correlation_key,
+          v_now, v_now + publish_event.ttl);
+
+  -- the runs parked on a matching wait become due now, instead of at their next poll
+  update jobs.jobs j
+     set run_at = v_now,
+         updated_at = v_now
+   where j.state = 'suspended'
+     and j.run_at > v_now
+     and j.run_id in (
+       select s.run_id
+         from jobs.steps s
+        where s.status = 'waiting'
+          and s.output ->> 'event' = publish_event.name
+          and (s.output ->> 'match' is null
+               or s.output ->> 'match' = publish_event.correlation_key));
+  return v_id;
+end;
+$$;
+
+-- jobs.find_event: the earliest unexpired event of `name` published at or after `after`, with
+-- `correlation_key` when one is given; also answers the database's now, the one clock a wait's
+-- timeout is judged on.
+-- Answers one jobs.event_lookup (found = false and NULL fields when there is none).
+-- Raises X_ARGUMENT_INVALID. Locks nothing. Introduced in revision 0003.
+create function jobs.find_event(
+  name text,
+  correlation_key text default null,
+  after timestamptz default '-infinity'
+)
+returns jobs.event_lookup
+language plpgsql
+stable
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+  v_now timestamptz := jobs._now();
+  v_lookup jobs.event_lookup;
+begin
+  if name is null or btrim(name) = '' then
+    perform jobs._invalid('jobs.find_event', 'name', 'must be a non-empty event name');
+  end if;
+  select true, e.id, e.payload, e.published_at, v_now
+    into v_lookup
+    from jobs.events e
+   where e.name = find_event.name
+     and (find_event.correlation_key is null or e.correlation_key = find_event.correlation_key)
+     and e.published_at >= coalesce(find_event.after, '-infinity')
+     and e.expires_at > v_now
+   order by e.published_at, e.id
+   limit 1;
+  if not found then
+    v_lookup := (false, null, null, null, v_now)::jobs.event_lookup;
+  end if;
+  return v_lookup;
+end;
+$$;
