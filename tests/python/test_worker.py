@@ -837,3 +837,92 @@ def test_a_buried_job_is_reported_to_on_settled_once(database_url):
     asyncio.run(_run_until(worker, lambda: bool(settled) and len(worker.idle_waits) > 5))
     assert [s.outcome for s in settled] == ["dead-lettered"]
     assert settled[0].input == {"key": "k", "seconds": 0.0}
+
+
+def test_an_idle_pass_is_one_claim_over_every_queue(database_url):
+    """F.62: idle cost does not grow with the number of queues: one statement a pass."""
+    registry = _registry(database_url)
+    worker = Worker(
+        registry,
+        database_url,
+        queues=["a", "b", "c", "d"],
+        listen=False,
+        poll_floor=timedelta(milliseconds=10),
+        idle_ceiling=timedelta(milliseconds=40),
+    )
+    real_run = worker.db.run
+    claims: list[list[str]] = []
+
+    async def counting(call):
+        if call.function == "jobs.claim_v1":
+            claims.append(list(call.params["queues"]))
+        return await real_run(call)
+
+    worker.db.run = counting  # type: ignore[method-assign]
+    asyncio.run(_run_until(worker, lambda: len(worker.idle_waits) >= 8))
+    assert len(claims) == len(worker.idle_waits)  # one claim per idle pass, not one per queue
+    assert all(sorted(queues) == ["a", "b", "c", "d"] for queues in claims)
+
+
+def test_a_wake_for_a_queue_the_worker_does_not_serve_is_ignored(database_url):
+    registry = _registry(database_url)
+    worker = Worker(
+        registry,
+        database_url,
+        queues=["mine"],
+        listen=True,
+        poll_floor=timedelta(minutes=1),
+        idle_ceiling=timedelta(minutes=1),
+        woken_idle_ceiling=timedelta(minutes=1),
+    )
+    real_run = worker.db.run
+    claims: list[int] = []
+
+    async def counting(call):
+        if call.function == "jobs.claim_v1":
+            claims.append(1)
+        return await real_run(call)
+
+    worker.db.run = counting  # type: ignore[method-assign]
+
+    async def scenario():
+        runner = asyncio.ensure_future(worker.run())
+        while not (worker._wake is not None and worker._wake.proven and claims):
+            await asyncio.sleep(0.02)
+        before = len(claims)
+        await asyncio.to_thread(_rows, database_url, "select pg_notify('jobs_wake', 'theirs')")
+        await asyncio.sleep(0.5)
+        ignored = len(claims) - before
+        await asyncio.to_thread(_rows, database_url, "select pg_notify('jobs_wake', 'mine')")
+        for _ in range(100):
+            if len(claims) > before:
+                break
+            await asyncio.sleep(0.02)
+        woken = len(claims) - before
+        worker.stop()
+        await runner
+        return ignored, woken
+
+    ignored, woken = asyncio.run(scenario())
+    assert ignored == 0
+    assert woken == 1
+
+
+def test_the_worker_installs_no_signal_handlers_unless_asked(database_url):
+    """E.59: an embedding program keeps its own SIGTERM; the CLI asks for the drain."""
+    import signal as signals
+
+    registry = _registry(database_url)
+    before = signals.getsignal(signals.SIGTERM)
+    worker = Worker(registry, database_url, queues=["q"], listen=False)
+    seen: list[object] = []
+
+    async def scenario():
+        runner = asyncio.ensure_future(worker.run())
+        await asyncio.sleep(0.2)
+        seen.append(signals.getsignal(signals.SIGTERM))
+        worker.stop()
+        await runner
+
+    asyncio.run(scenario())
+    assert seen == [before]
