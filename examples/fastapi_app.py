@@ -6,7 +6,6 @@ The request's unit of work is a SQLAlchemy session from a dependency; the enqueu
 so pass the session explicitly here rather than through durajobs.in_transaction.)
 """
 
-
 from collections.abc import Iterator
 from typing import Annotated
 

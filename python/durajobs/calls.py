@@ -26,6 +26,7 @@ from durajobs.records import (
     Row,
     SettleResult,
     StepRecord,
+    TaskState,
 )
 from durajobs.states import HeartbeatAnswer, NackTarget, StepStatus, narrow
 
@@ -404,3 +405,51 @@ def find_event(
 ) -> Call[EventLookup]:
     arguments = {"name": name, "correlation_key": correlation_key, "after": after}
     return _call("jobs.find_event", EventLookup.COLUMNS, arguments, _one(EventLookup.from_row))
+
+
+def scheduler_arm(task: str, watermark: datetime) -> Call[TaskState]:
+    arguments = {"task": task, "watermark": watermark}
+    return _call("jobs.scheduler_arm", TaskState.COLUMNS, arguments, _one(TaskState.from_row))
+
+
+def scheduler_fire(
+    task: str,
+    occurrence: datetime,
+    requests: Sequence[Mapping[str, Any]],
+    *,
+    watermark: datetime | None = None,
+) -> Call[list[EnqueueResult]]:
+    arguments = {
+        "task": task,
+        "occurrence": occurrence,
+        "requests": Jsonb([dict(request) for request in requests]),
+        "watermark": watermark,
+    }
+    return _call(
+        "jobs.scheduler_fire", "id, run_id, deduped", arguments, _all(EnqueueResult.from_row)
+    )
+
+
+def scheduler_lead(
+    holder: str, *, ttl: timedelta | None = None, name: str | None = None
+) -> Call[bool]:
+    arguments = {"holder": holder, "ttl": ttl, "name": name}
+    return _call("jobs.scheduler_lead", "", arguments, _scalar, scalar=True)
+
+
+def scheduler_resign(holder: str, *, name: str | None = None) -> Call[bool]:
+    return _call(
+        "jobs.scheduler_resign", "", {"holder": holder, "name": name}, _scalar, scalar=True
+    )
+
+
+def pause_task(task: str) -> Call[bool]:
+    return _call("jobs.pause_task", "", {"task": task}, _scalar, scalar=True)
+
+
+def resume_task(task: str) -> Call[bool]:
+    return _call("jobs.resume_task", "", {"task": task}, _scalar, scalar=True)
+
+
+def task_fires() -> Call[list[TaskState]]:
+    return _call("jobs.task_fires", TaskState.COLUMNS, {}, _all(TaskState.from_row))

@@ -115,16 +115,32 @@ def _cmd_worker(args: argparse.Namespace) -> int:
     configure()
     registry = _load_registry(args.app)
     queues = [q for q in args.queues.split(",") if q] if args.queues else None
+    url = _database_url(args.database_url)
     worker = Worker(
         registry,
-        _database_url(args.database_url),
+        url,
         queues=queues,
         concurrency=args.concurrency,
         max_in_flight=args.max_in_flight,
         visibility=args.visibility,
         drain_deadline=args.drain_deadline,
     )
-    asyncio.run(worker.run(install_signal_handlers=True))
+
+    async def run() -> None:
+        if not args.with_scheduler:
+            await worker.run(install_signal_handlers=True)
+            return
+        from durajobs.scheduler import Scheduler
+
+        scheduler = Scheduler(registry, url)
+        scheduling = asyncio.ensure_future(scheduler.run())
+        try:
+            await worker.run(install_signal_handlers=True)
+        finally:
+            scheduler.stop()
+            await scheduling
+
+    asyncio.run(run())
     if worker.abandoned:
         # a plain def body abandoned at the drain deadline still holds its thread, which the
         # interpreter would wait for at exit: leave now, the lease brings its job back
@@ -149,6 +165,23 @@ def _cmd_relay(args: argparse.Namespace) -> int:
         for number in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(number, relay.stop)
         await relay.run()
+
+    asyncio.run(run())
+    return 0
+
+
+def _cmd_scheduler(args: argparse.Namespace) -> int:
+    from durajobs.logs import configure
+    from durajobs.scheduler import Scheduler
+
+    configure()
+    scheduler = Scheduler(_load_registry(args.app), _database_url(args.database_url))
+
+    async def run() -> None:
+        loop = asyncio.get_running_loop()
+        for number in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(number, scheduler.stop)
+        await scheduler.run()
 
     asyncio.run(run())
     return 0
@@ -189,7 +222,14 @@ def _parser() -> argparse.ArgumentParser:
     worker_command.add_argument(
         "--drain-deadline", type=float, default=25.0, help="SIGTERM budget in seconds (25)"
     )
+    worker_command.add_argument(
+        "--with-scheduler", action="store_true", help="also run the cron scheduler in this process"
+    )
     worker_command.set_defaults(run=_cmd_worker)
+
+    scheduler_command = with_database(commands.add_parser("scheduler", help="run the scheduler"))
+    scheduler_command.add_argument("--app", required=True, help="module:registry to schedule")
+    scheduler_command.set_defaults(run=_cmd_scheduler)
 
     relay_command = with_database(commands.add_parser("relay", help="run the outbox relay"))
     relay_command.add_argument(

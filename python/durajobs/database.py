@@ -18,16 +18,22 @@ class AsyncDatabase:
 
     def __init__(self, database_url: str, *, min_size: int = 1, max_size: int = 10) -> None:
         self.database_url = database_url
-        self.pool: AsyncConnectionPool[psycopg.AsyncConnection[Any]] = AsyncConnectionPool(
-            database_url,
-            min_size=min_size,
-            max_size=max_size,
+        self._sizes = (min_size, max_size)
+        self.pool = self._new_pool()
+
+    def _new_pool(self) -> AsyncConnectionPool[psycopg.AsyncConnection[Any]]:
+        return AsyncConnectionPool(
+            self.database_url,
+            min_size=self._sizes[0],
+            max_size=self._sizes[1],
             kwargs={"autocommit": True},
             open=False,
         )
 
     async def open(self) -> None:
-        """Open the pool and check the schema version (X_SCHEMA_VERSION_MISMATCH)."""
+        """Open the pool (a fresh one after a close) and check the schema version."""
+        if self.pool.closed and getattr(self.pool, "_opened", False):
+            self.pool = self._new_pool()
         await self.pool.open(wait=True)
         async with self.pool.connection() as connection:
             await check_schema_async(connection)

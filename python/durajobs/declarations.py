@@ -30,6 +30,7 @@ from durajobs.errors import (
 )
 from durajobs.records import EnqueueResult
 from durajobs.retry import RetryPolicy
+from durajobs.schedule import DEFAULT_MAX_CATCH_UP, CatchUp, Entries, Task, declare_task
 from durajobs.steps import DEFAULT_EVENT_POLL
 from durajobs.transactions import async_connection, current_transaction, is_async, sync_connection
 
@@ -275,6 +276,7 @@ class Registry:
                 f"mode must be 'direct' or 'required', got {mode!r}", detail={"field": "mode"}
             )
         self._jobs: dict[str, Job[Any]] = {}
+        self._tasks: dict[str, Task] = {}
         self.database_url = database_url
         self.outbox = outbox
         self.mode = mode
@@ -350,6 +352,30 @@ class Registry:
             return declared
 
         return declare
+
+    def task(
+        self,
+        *,
+        name: str,
+        cron: str,
+        tz: str,
+        catch_up: CatchUp = "skip",
+        max_catch_up: int = DEFAULT_MAX_CATCH_UP,
+    ) -> Callable[[Entries], Task]:
+        """Declare a cron task; decorate `def enqueue(occurrence) -> [(job, input), ...]`."""
+        return declare_task(
+            self, name=name, cron=cron, tz=tz, catch_up=catch_up, max_catch_up=max_catch_up
+        )
+
+    def _add_task(self, task: Task) -> None:
+        if task.name in self._tasks:
+            raise JobDuplicate(
+                f"a task named {task.name!r} is already declared", detail={"task": task.name}
+            )
+        self._tasks[task.name] = task
+
+    def tasks(self) -> list[Task]:
+        return [self._tasks[name] for name in sorted(self._tasks)]
 
     def get(self, name: str) -> Job[Any] | None:
         return self._jobs.get(name)

@@ -178,3 +178,20 @@ class EventLookup:
     @classmethod
     def from_row(cls, row: Row) -> EventLookup:
         return cls(*row)
+
+
+@dataclass(frozen=True, slots=True)
+class TaskState:
+    """A cron task as the database holds it: its watermark, its last fire, its pause."""
+
+    task: str
+    watermark: datetime
+    last_fired_occurrence: datetime | None
+    last_fired_at: datetime | None
+    paused: bool
+
+    COLUMNS = "task, watermark, last_fired_occurrence, last_fired_at, paused"
+
+    @classmethod
+    def from_row(cls, row: Row) -> TaskState:
+        return cls(*row)

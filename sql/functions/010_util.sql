@@ -3,15 +3,15 @@
 -- Tables: jobs.error_codes (read by jobs._raise). Locks nothing.
 
 -- jobs.version: the installed schema version; the Python package refuses an older one.
--- Answers an integer. Raises nothing. Introduced in revision 0001; 2 since revision 0002, 3
--- since revision 0003.
+-- Answers an integer. Raises nothing. Introduced in revision 0001; since then it answers the
+-- number of the newest revision installed (4 since revision 0004).
 create function jobs.version()
 returns integer
 language sql
 stable
 set search_path = pg_catalog, pg_temp
 as $$
-  select 3
+  select 4
 $$;
 
 -- jobs._now: the one clock every function reads. A test pins it with

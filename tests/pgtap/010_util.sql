@@ -4,7 +4,7 @@ begin;
 select plan(24);
 
 -- jobs.version: the installed schema version is 1
-select is(jobs.version(), 3, 'jobs.version() answers 3 (revision 0003)');
+select is(jobs.version(), 4, 'jobs.version() answers 4 (revision 0004)');
 
 -- jobs._now honours durajobs.now, and follows it when it changes mid-transaction
 set local durajobs.now = '2026-01-01 00:00:00+00';

@@ -212,3 +212,33 @@ def test_a_worker_runs_a_waiting_job_to_the_end_when_the_event_comes(database_ur
 
     asyncio.run(scenario())
     assert done == [{"ok": True}]
+
+
+def test_a_publish_wakes_the_waiting_runs_queue(database_url):
+    registry = durajobs.Registry(database_url=database_url)
+
+    @registry.job(
+        name="waits",
+        input=Order,
+        idempotency_key=lambda o: o.order_id,
+        tenant="none",
+        queue="orders",
+    )
+    async def waits(ctx):
+        await ctx.step.wait_for_event("wait", "order.paid", match=ctx.input.order_id)
+
+    waits.enqueue({"order_id": "o-1"})
+
+    async def park():
+        async with AsyncDatabase(database_url) as db:
+            (row,) = await db.run(calls.claim(["orders"], "w"))
+            await execute(row, registry, db=db, worker_id="w", signal=CancelSignal(), lease=Lease())
+
+    asyncio.run(park())
+    with psycopg.connect(database_url, autocommit=True) as listener:
+        listener.execute("listen jobs_wake")
+        with durajobs.Client.connect(database_url) as client:
+            client.publish_event("order.shipped", correlation_key="o-1")  # nobody waits on it
+            client.publish_event("order.paid", correlation_key="o-1")
+        heard = [notice.payload for notice in listener.notifies(timeout=0.5)]
+    assert heard == ["orders"]

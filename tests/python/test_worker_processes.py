@@ -226,3 +226,54 @@ def test_a_body_abandoned_at_the_drain_deadline_does_not_hold_the_process(databa
     assert time.monotonic() - started < 10, "the abandoned thread kept the process alive"
     assert worker.returncode == 0
     assert "jobs.worker.drain-abandoned" in output
+
+
+def test_the_scheduler_command_fires_tasks_and_resigns_on_sigterm(database_url):
+    environment = {**os.environ, "DATABASE_URL": database_url}
+    scheduler = subprocess.Popen(
+        [sys.executable, "-m", "durajobs.cli", "scheduler", "--app", "apps.sample:registry"],
+        cwd=HERE,
+        env=environment,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        _wait_for(
+            lambda: (
+                _one(
+                    database_url,
+                    "select count(*) from jobs.jobs"
+                    " where idempotency_key like 'every-two-seconds@%%'",
+                )[0]
+                >= 2
+            ),
+            timeout=30,
+            what="two fires",
+        )
+    finally:
+        output = _stop(scheduler)
+    assert scheduler.returncode == 0, output
+    assert "jobs.scheduler.leading" in output
+    # a clean stop gives the lease up, so a standby takes over at once
+    assert _one(database_url, "select count(*) from jobs.scheduler_leases") == (0,)
+
+
+def test_a_worker_with_the_scheduler_runs_what_it_fires(database_url):
+    worker = _worker(database_url, "--with-scheduler")
+    try:
+        _wait_for(
+            lambda: (
+                _one(
+                    database_url,
+                    "select count(*) from jobs.jobs where state = 'done'"
+                    " and idempotency_key like 'every-two-seconds@%%'",
+                )[0]
+                >= 1
+            ),
+            timeout=30,
+            what="a fired job to run",
+        )
+    finally:
+        output = _stop(worker)
+    assert worker.returncode == 0, output

@@ -44,6 +44,7 @@ create type jobs.event_lookup as (
 -- Arguments: name; payload (a JSON value, {} by default); correlation_key (ties it to the waits
 -- that match on it; a wait without a match takes any event of the name); ttl (7 days).
 -- Answers the event's id. Raises X_ARGUMENT_INVALID. Locks: the waiting job rows it wakes.
+-- Wakes: pg_notify('jobs_wake', <queue>) once per queue of the runs it made due, on commit.
 -- Introduced in revision 0003.
 create function jobs.publish_event(
   name text,
@@ -59,6 +60,7 @@ as $$
 declare
   v_now timestamptz := jobs._now();
   v_id uuid := jobs._uuid_v7();
+  v_queue text;
 begin
   if name is null or btrim(name) = '' then
     perform jobs._invalid('jobs.publish_event', 'name', 'must be a non-empty event name');
@@ -74,19 +76,28 @@ begin
   values (v_id, publish_event.name, publish_event.payload, publish_event.correlation_key,
           v_now, v_now + publish_event.ttl);
 
-  -- the runs parked on a matching wait become due now, instead of at their next poll
-  update jobs.jobs j
-     set run_at = v_now,
-         updated_at = v_now
-   where j.state = 'suspended'
-     and j.run_at > v_now
-     and j.run_id in (
-       select s.run_id
-         from jobs.steps s
-        where s.status = 'waiting'
-          and s.output ->> 'event' = publish_event.name
-          and (s.output ->> 'match' is null
-               or s.output ->> 'match' = publish_event.correlation_key));
+  -- the runs parked on a matching wait become due now, instead of at their next poll, and
+  -- their queues' workers are woken (once per queue)
+  for v_queue in
+    with woken as (
+      update jobs.jobs j
+         set run_at = v_now,
+             updated_at = v_now
+       where j.state = 'suspended'
+         and j.run_at > v_now
+         and j.run_id in (
+           select s.run_id
+             from jobs.steps s
+            where s.status = 'waiting'
+              and s.output ->> 'event' = publish_event.name
+              and (s.output ->> 'match' is null
+                   or s.output ->> 'match' = publish_event.correlation_key))
+      returning j.queue
+    )
+    select distinct w.queue from woken w
+  loop
+    perform pg_notify('jobs_wake', v_queue);
+  end loop;
   return v_id;
 end;
 $$;

@@ -91,3 +91,8 @@ async def slow(ctx) -> None:
 def stubborn(ctx) -> None:
     record(ctx.run_id, "started")
     time.sleep(ctx.input.seconds)  # never looks at ctx.cancelled
+
+
+@registry.task(name="every-two-seconds", cron="* * * * * */2", tz="UTC")
+def every_two_seconds(occurrence):
+    return [(noop, {"key": f"tick:{occurrence.isoformat()}"})]

@@ -1,0 +1,146 @@
+"""The scheduler loop: fire each cron task's occurrences exactly once, across restarts and
+replicas.
+
+Every node runs it; one leads, by a lease row renewed every 10 s (TTL 30 s) through
+jobs.scheduler_lead, and standbys ask at the same interval. The leader keeps watermarks in
+memory, so an idle minute costs the six lease renewals whatever the number of tasks; it reads a
+task only when arming it. A fire is one call (jobs.scheduler_fire) whose watermark fence makes a
+repeat, or a fire by a node that lost the lead mid-round, enqueue nothing. The leader also runs
+the maintenance that other parts add, once a minute.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+import uuid
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime, timedelta
+
+from durajobs import calls
+from durajobs.database import AsyncDatabase
+from durajobs.declarations import Registry
+from durajobs.durations import Duration, parse_duration
+
+log = logging.getLogger(__name__)
+
+TICK = timedelta(seconds=1)
+RENEW_EVERY = timedelta(seconds=10)
+LEASE_TTL = timedelta(seconds=30)  # three renewals
+MAINTENANCE_EVERY = timedelta(minutes=1)
+
+Clock = Callable[[], datetime]
+Maintenance = Callable[[AsyncDatabase], Awaitable[None]]
+
+
+def utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+class Scheduler:
+    """Fires the tasks of `registry` while this node leads."""
+
+    def __init__(
+        self,
+        registry: Registry,
+        database_url: str,
+        *,
+        holder: str | None = None,
+        tick: Duration = TICK,
+        renew_every: Duration = RENEW_EVERY,
+        clock: Clock = utc_now,
+        maintenance: list[Maintenance] | None = None,
+    ) -> None:
+        self.registry = registry
+        self.holder = holder or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self.tick = parse_duration(tick, field="tick")
+        self.renew_every = parse_duration(renew_every, field="renew_every")
+        self.ttl = self.renew_every * 3
+        self.clock = clock
+        self.maintenance = list(maintenance or [])
+        self.db = AsyncDatabase(database_url, max_size=2)
+        self.leading = False
+        self._lease_until = datetime.min.replace(tzinfo=UTC)
+        self._next_renewal = datetime.min.replace(tzinfo=UTC)
+        self._next_maintenance = datetime.min.replace(tzinfo=UTC)
+        self._watermarks: dict[str, datetime] = {}
+        self._running = True
+        self.fired = 0
+
+    def still_leading(self) -> bool:
+        """Asked before every fire: a node whose lease ran out stops mid-round."""
+        return self.leading and self.clock() < self._lease_until
+
+    async def _renew(self, now: datetime) -> None:
+        was_leading = self.leading
+        self.leading = await self.db.run(calls.scheduler_lead(self.holder, ttl=self.ttl))
+        self._lease_until = now + self.ttl if self.leading else now
+        self._next_renewal = now + self.renew_every
+        if self.leading and not was_leading:
+            self._watermarks.clear()  # another node may have fired meanwhile: read them again
+            log.info("jobs.scheduler.leading", extra={"holder": self.holder})
+        elif was_leading and not self.leading:
+            log.warning("jobs.scheduler.demoted", extra={"holder": self.holder})
+
+    async def tick_once(self) -> int:
+        """One round: renew the lease when due, then fire what is owed. Answers fires made."""
+        now = self.clock()
+        if now >= self._next_renewal or now >= self._lease_until:
+            await self._renew(now)
+        if not self.still_leading():
+            return 0
+        fired = 0
+        for task in self.registry.tasks():
+            watermark = self._watermarks.get(task.name)
+            if watermark is None:
+                state = await self.db.run(calls.scheduler_arm(task.name, now))
+                watermark = state.watermark
+            for occurrence, passed in task.due(watermark, now):
+                if not self.still_leading():
+                    return fired
+                answers = await self.db.run(
+                    calls.scheduler_fire(
+                        task.name, occurrence, task.requests(occurrence), watermark=passed
+                    )
+                )
+                watermark = passed
+                fired += 1
+                log.info(
+                    "jobs.scheduler.fired",
+                    extra={
+                        "task": task.name,
+                        "occurrence": occurrence.isoformat(),
+                        "jobs": len(answers),
+                    },
+                )
+            self._watermarks[task.name] = watermark
+        if self.maintenance and now >= self._next_maintenance:
+            self._next_maintenance = now + MAINTENANCE_EVERY
+            for chore in self.maintenance:
+                try:
+                    await chore(self.db)
+                except Exception as failure:
+                    log.error("jobs.scheduler.maintenance-failed", extra={"error": str(failure)})
+        self.fired += fired
+        return fired
+
+    def stop(self) -> None:
+        self._running = False
+
+    async def run(self) -> None:
+        """Tick until stop(); a round that throws is logged and the loop goes on. A clean stop
+        gives the lease up so a standby takes over at once."""
+        await self.db.open()
+        try:
+            while self._running:
+                try:
+                    await self.tick_once()
+                except Exception as failure:
+                    log.error("jobs.scheduler.tick-failed", extra={"error": str(failure)})
+                await asyncio.sleep(self.tick.total_seconds())
+            if self.leading:
+                await self.db.run(calls.scheduler_resign(self.holder))
+        finally:
+            await self.db.close()
