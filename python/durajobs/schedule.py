@@ -42,7 +42,9 @@ def zone(name: object) -> ZoneInfo:
         except ZoneInfoNotFoundError:  # pragma: no cover - listed but missing
             pass
     by_city = sorted(z for z in known if z.rsplit("/", 1)[-1].lower() == name.lower())
-    close = by_city or difflib.get_close_matches(name, sorted(known), n=3, cutoff=0.6)
+    # Area/City names only: a close spelling of 'CEST' is not the fixed-offset 'EST'
+    regional = sorted(z for z in known if "/" in z and not z.startswith("Etc/"))
+    close = by_city or difflib.get_close_matches(name, regional, n=3, cutoff=0.6)
     hint = f"did you mean {' or '.join(repr(z) for z in close)}?" if close else "see the IANA list"
     raise DeclarationInvalid(
         f"tz {name!r} is not an IANA time zone; {hint}",

@@ -23,6 +23,7 @@ from durajobs import calls
 from durajobs.database import AsyncDatabase
 from durajobs.declarations import Registry
 from durajobs.durations import Duration, parse_duration
+from durajobs.schedule import Task
 
 log = logging.getLogger(__name__)
 
@@ -74,7 +75,9 @@ class Scheduler:
         return self.leading and self.clock() < self._lease_until
 
     async def _renew(self, now: datetime) -> None:
-        was_leading = self.leading
+        # a lease that ran out locally is over, even if the renewal is granted: another node may
+        # have led and fired meanwhile, so this is a new leadership
+        was_leading = self.leading and now < self._lease_until
         self.leading = await self.db.run(calls.scheduler_lead(self.holder, ttl=self.ttl))
         self._lease_until = now + self.ttl if self.leading else now
         self._next_renewal = now + self.renew_every
@@ -87,25 +90,49 @@ class Scheduler:
     async def tick_once(self) -> int:
         """One round: renew the lease when due, then fire what is owed. Answers fires made."""
         now = self.clock()
-        if now >= self._next_renewal or now >= self._lease_until:
+        # standbys ask at the renewal interval; a leader also renews the moment its lease ends
+        if now >= self._next_renewal or (self.leading and now >= self._lease_until):
             await self._renew(now)
         if not self.still_leading():
             return 0
         fired = 0
         for task in self.registry.tasks():
-            watermark = self._watermarks.get(task.name)
-            if watermark is None:
-                state = await self.db.run(calls.scheduler_arm(task.name, now))
-                watermark = state.watermark
-            for occurrence, passed in task.due(watermark, now):
-                if not self.still_leading():
-                    return fired
-                answers = await self.db.run(
-                    calls.scheduler_fire(
-                        task.name, occurrence, task.requests(occurrence), watermark=passed
-                    )
+            if not self.still_leading():
+                break
+            try:
+                fired += await self._fire_owed(task, now)
+            except Exception as failure:
+                # one broken task never stops the others, nor the maintenance
+                log.error(
+                    "jobs.scheduler.task-failed", extra={"task": task.name, "error": str(failure)}
                 )
-                watermark = passed
+        if self.maintenance and now >= self._next_maintenance:
+            self._next_maintenance = now + MAINTENANCE_EVERY
+            for chore in self.maintenance:
+                try:
+                    await chore(self.db)
+                except Exception as failure:
+                    log.error("jobs.scheduler.maintenance-failed", extra={"error": str(failure)})
+        self.fired += fired
+        return fired
+
+    async def _fire_owed(self, task: Task, now: datetime) -> int:
+        """Fire what `task` owes at `now`; answers the fires the fence let through."""
+        watermark = self._watermarks.get(task.name)
+        if watermark is None:
+            state = await self.db.run(calls.scheduler_arm(task.name, now))
+            watermark = state.watermark
+        fired = 0
+        for occurrence, passed in task.due(watermark, now):
+            if not self.still_leading():
+                break
+            answers = await self.db.run(
+                calls.scheduler_fire(
+                    task.name, occurrence, task.requests(occurrence), watermark=passed
+                )
+            )
+            watermark = passed
+            if answers:
                 fired += 1
                 log.info(
                     "jobs.scheduler.fired",
@@ -115,15 +142,7 @@ class Scheduler:
                         "jobs": len(answers),
                     },
                 )
-            self._watermarks[task.name] = watermark
-        if self.maintenance and now >= self._next_maintenance:
-            self._next_maintenance = now + MAINTENANCE_EVERY
-            for chore in self.maintenance:
-                try:
-                    await chore(self.db)
-                except Exception as failure:
-                    log.error("jobs.scheduler.maintenance-failed", extra={"error": str(failure)})
-        self.fired += fired
+        self._watermarks[task.name] = watermark
         return fired
 
     def stop(self) -> None:

@@ -409,3 +409,95 @@ def test_a_local_time_repeated_in_autumn_fires_once():
         moment = half_hourly.next_run(moment)
         local.append(moment.astimezone(half_hourly.tz).strftime("%H:%M %z"))
     assert local == ["01:00 -0400", "01:30 -0400", "02:00 -0500", "02:30 -0500", "03:00 -0500"]
+
+
+def test_a_standby_asks_for_the_lease_at_the_renewal_interval_only(database_url):
+    registry = _app(database_url)
+    clock = Clock(START + timedelta(seconds=1))
+    leader = Scheduler(registry, database_url, clock=clock, holder="leader")
+    standby = Scheduler(registry, database_url, clock=clock, holder="standby")
+    statements: list[str] = []
+    real_run = standby.db.run
+
+    async def counting(call):
+        statements.append(call.function)
+        return await real_run(call)
+
+    standby.db.run = counting  # type: ignore[method-assign]
+
+    async def scenario():
+        await leader.db.open()
+        await standby.db.open()
+        try:
+            for _ in range(60):  # one minute, a tick a second, the leader renewing as it goes
+                await leader.tick_once()
+                await standby.tick_once()
+                clock.now += timedelta(seconds=1)
+        finally:
+            await leader.db.close()
+            await standby.db.close()
+
+    asyncio.run(scenario())
+    assert statements == ["jobs.scheduler_lead"] * 6
+    assert not standby.leading
+
+
+def test_a_broken_task_does_not_stop_the_others(database_url, caplog):
+    import logging
+
+    registry = _app(database_url)
+    registry.task(name="a-broken", cron="0 * * * *", tz="UTC")(
+        lambda occurrence: [(registry.get("report"), {"at": 5})]  # the job refuses this input
+    )
+    for task in ("a-broken", "hourly"):
+        _set_watermark(database_url, task, START - timedelta(minutes=30))
+    clock = Clock(START + timedelta(minutes=1))
+    with caplog.at_level(logging.ERROR, logger="durajobs"):
+        fired = asyncio.run(_ticks(Scheduler(registry, database_url, clock=clock), clock))
+    assert fired == [1]  # 'hourly', after the broken task in name order, still fired
+    assert _jobs(database_url) == ["2026-06-01T12:00:00+00:00"]
+    assert any(r.getMessage() == "jobs.scheduler.task-failed" for r in caplog.records)
+
+
+def test_a_leader_whose_lease_ran_out_reads_the_watermarks_again(database_url):
+    """Another node may have fired while this one stalled: its memory is stale."""
+    registry = _app(database_url, catch_up="run-once")
+    _set_watermark(database_url, "hourly", START - timedelta(minutes=30))
+    clock = Clock(START - timedelta(minutes=10))
+    node = Scheduler(registry, database_url, clock=clock, holder="stalled")
+    statements: list[str] = []
+    real_run = node.db.run
+
+    async def counting(call):
+        statements.append(call.function)
+        return await real_run(call)
+
+    node.db.run = counting  # type: ignore[method-assign]
+
+    async def scenario():
+        await node.db.open()
+        try:
+            await node.tick_once()  # leads, caches the watermark 11:30
+            statements.clear()
+            # it stalls; meanwhile another node fires 12:00 and the lease lapses
+            with psycopg.connect(database_url, autocommit=True) as connection:
+                connection.execute(
+                    "update jobs.scheduler_tasks set watermark = %s where task = 'hourly'",
+                    [START],
+                )
+            clock.now = START + timedelta(minutes=40)
+            return await node.tick_once(), node._watermarks["hourly"]
+        finally:
+            await node.db.close()
+
+    fired, watermark = asyncio.run(scenario())
+    assert fired == 0
+    assert watermark == START
+    # it read the watermark again instead of firing 12:00 from its stale memory
+    assert statements == ["jobs.scheduler_lead", "jobs.scheduler_arm"]
+
+
+def test_a_zone_abbreviation_is_not_answered_with_a_fixed_offset_zone():
+    with pytest.raises(DeclarationInvalid) as refused:
+        durajobs.Registry().task(name="t", cron="0 9 * * *", tz="CEST")
+    assert all("/" in zone for zone in refused.value.detail["suggestions"])
