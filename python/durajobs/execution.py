@@ -188,6 +188,7 @@ async def execute(
     """
     started = time.monotonic()
     job = registry.get(claimed.name)
+    settler = _Settler(db, lease, claimed, worker_id)
 
     def finish(outcome: Outcome, **fields: Any) -> JobExecution:
         return JobExecution(
@@ -201,19 +202,11 @@ async def execute(
 
     if job is None:
         park_reason = f'no job registered as "{claimed.name}"'
-        await _settle(
-            db,
-            lease,
-            calls.nack(
-                claimed.id,
-                worker_id,
-                claimed.claim,
-                next_state=NackTarget.SUSPENDED,
-                delay=UNKNOWN_JOB_PARK,
-                counts_as_attempt=False,
-                error=park_reason,
-            ),
-            claimed,
+        await settler.nack(
+            next_state=NackTarget.SUSPENDED,
+            delay=UNKNOWN_JOB_PARK,
+            counts_as_attempt=False,
+            error=park_reason,
         )
         log.warning("jobs.worker.unknown-job", extra={"job": claimed.name, "id": str(claimed.id)})
         return finish(Outcome.PARKED, error=park_reason)
@@ -222,20 +215,12 @@ async def execute(
         records = {r.name: r for r in await db.run(calls.steps(claimed.run_id))}
     except JobRowStatusUnknown as unknown:
         # written by a newer deploy: hand the run on, uncounted, rather than re-run a step
-        await _settle(
-            db,
-            lease,
-            calls.nack(
-                claimed.id,
-                worker_id,
-                claimed.claim,
-                next_state=NackTarget.SUSPENDED,
-                delay=UNKNOWN_JOB_PARK,
-                counts_as_attempt=False,
-                error=str(unknown),
-                error_code=unknown.code,
-            ),
-            claimed,
+        await settler.nack(
+            next_state=NackTarget.SUSPENDED,
+            delay=UNKNOWN_JOB_PARK,
+            counts_as_attempt=False,
+            error=str(unknown),
+            error_code=unknown.code,
         )
         log.error("jobs.step.status-unknown", extra={"job": claimed.name, "detail": unknown.detail})
         return finish(Outcome.PARKED, error=str(unknown), code=unknown.code)
@@ -304,17 +289,9 @@ async def execute(
     # under a drain the verdict is the signal's, whatever the body did on its way out (returned
     # early or raised): handed back uncounted. A run parked by a step stays parked.
     if isinstance(reason, Draining) and suspension is None:
-        landed = await _settle(
-            db,
-            lease,
-            calls.nack(
-                claimed.id,
-                worker_id,
-                claimed.claim,
-                next_state=NackTarget.READY,
-                counts_as_attempt=False,
-            ),
-            claimed,
+        landed = await settler.nack(
+            next_state=NackTarget.READY,
+            counts_as_attempt=False,
         )
         log.info("jobs.attempt.interrupted", extra={"job": claimed.name, "id": str(claimed.id)})
         return finish(Outcome.INTERRUPTED if landed else Outcome.UNOWNED, **execution_fields)
@@ -332,18 +309,10 @@ async def execute(
 
     if suspension is not None and error is None:
         delay = max(suspension.wake_at - datetime.now(UTC), timedelta(0))
-        landed = await _settle(
-            db,
-            lease,
-            calls.nack(
-                claimed.id,
-                worker_id,
-                claimed.claim,
-                next_state=NackTarget.SUSPENDED,
-                delay=delay,
-                counts_as_attempt=False,
-            ),
-            claimed,
+        landed = await settler.nack(
+            next_state=NackTarget.SUSPENDED,
+            delay=delay,
+            counts_as_attempt=False,
         )
         return finish(
             Outcome.SUSPENDED if landed else Outcome.UNOWNED,
@@ -352,7 +321,7 @@ async def execute(
         )
 
     if error is None:
-        landed = await _settle(db, lease, calls.ack(claimed.id, worker_id, claimed.claim), claimed)
+        landed = await settler.ack()
         execution = finish(
             Outcome.COMPLETED if landed else Outcome.UNOWNED, result=result, **execution_fields
         )
@@ -360,16 +329,7 @@ async def execute(
             await _on_settled(job, claimed, execution)
         return execution
 
-    return await _fail(
-        job,
-        claimed,
-        error,
-        db=db,
-        lease=lease,
-        worker_id=worker_id,
-        finish=finish,
-        fields=execution_fields,
-    )
+    return await _fail(job, claimed, error, settler=settler, finish=finish, fields=execution_fields)
 
 
 async def _run_body(
@@ -434,9 +394,7 @@ async def _fail(
     claimed: ClaimedJob,
     error: BaseException,
     *,
-    db: Database,
-    lease: Lease,
-    worker_id: str,
+    settler: _Settler,
     finish: Callable[..., JobExecution],
     fields: dict[str, Any],
 ) -> JobExecution:
@@ -453,19 +411,11 @@ async def _fail(
             if stop == "terminal"
             else f"X_JOB_MAX_ATTEMPTS: {claimed.attempt} of {claimed.max_attempts} attempts spent"
         )
-        landed = await _settle(
-            db,
-            lease,
-            calls.nack(
-                claimed.id,
-                worker_id,
-                claimed.claim,
-                next_state=NackTarget.DEAD if dead_letter else NackTarget.FAILED,
-                error=f"{text} [{'dead-lettered' if dead_letter else 'dropped'}: {verdict}]",
-                error_code=code,
-                error_stack=stack,
-            ),
-            claimed,
+        landed = await settler.nack(
+            next_state=NackTarget.DEAD if dead_letter else NackTarget.FAILED,
+            error=f"{text} [{'dead-lettered' if dead_letter else 'dropped'}: {verdict}]",
+            error_code=code,
+            error_stack=stack,
         )
         outcome = Outcome.DEAD_LETTERED if dead_letter else Outcome.DROPPED
         log.error(
@@ -492,20 +442,12 @@ async def _fail(
 
     stated = _retry_after(error) if error_class is ErrorClass.RETRY_AFTER else None
     delay = job.retry.delay_after(claimed.attempt, retry_after=stated)
-    landed = await _settle(
-        db,
-        lease,
-        calls.nack(
-            claimed.id,
-            worker_id,
-            claimed.claim,
-            next_state=NackTarget.READY,
-            delay=delay,
-            error=text,
-            error_code=code,
-            error_stack=stack,
-        ),
-        claimed,
+    landed = await settler.nack(
+        next_state=NackTarget.READY,
+        delay=delay,
+        error=text,
+        error_code=code,
+        error_stack=stack,
     )
     log.warning(
         "jobs.attempt.failed",
@@ -525,6 +467,28 @@ async def _fail(
         resume_at=datetime.now(UTC) + delay,
         **fields,
     )
+
+
+@dataclass
+class _Settler:
+    """Sends the one settle of an attempt, fenced on its claim."""
+
+    db: Database
+    lease: Lease
+    claimed: ClaimedJob
+    worker_id: str
+
+    async def ack(self) -> bool:
+        return await _settle(
+            self.db,
+            self.lease,
+            calls.ack(self.claimed.id, self.worker_id, self.claimed.claim),
+            self.claimed,
+        )
+
+    async def nack(self, **options: Any) -> bool:
+        call = calls.nack(self.claimed.id, self.worker_id, self.claimed.claim, **options)
+        return await _settle(self.db, self.lease, call, self.claimed)
 
 
 async def _settle(db: Database, lease: Lease, call: calls.Call[bool], claimed: ClaimedJob) -> bool:
