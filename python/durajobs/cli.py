@@ -138,7 +138,14 @@ def _cmd_worker(args: argparse.Namespace) -> int:
             await worker.run(install_signal_handlers=True)
         finally:
             scheduler.stop()
-            await scheduling
+            # the scheduler's round shares the drain budget: past it the round is abandoned,
+            # keeping its lease until it runs out
+            done, _ = await asyncio.wait(
+                {scheduling}, timeout=worker.drain_deadline.total_seconds()
+            )
+            if not done:
+                scheduling.cancel()
+                await asyncio.gather(scheduling, return_exceptions=True)
 
     asyncio.run(run())
     if worker.abandoned:

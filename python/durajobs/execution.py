@@ -308,7 +308,7 @@ async def execute(
         error = reason
 
     if suspension is not None and error is None:
-        delay = max(suspension.wake_at - datetime.now(UTC), timedelta(0))
+        delay = suspension.delay
         landed = await settler.nack(
             next_state=NackTarget.SUSPENDED,
             delay=delay,
@@ -316,7 +316,7 @@ async def execute(
         )
         return finish(
             Outcome.SUSPENDED if landed else Outcome.UNOWNED,
-            resume_at=suspension.wake_at,
+            resume_at=suspension.wake_at or datetime.now(UTC) + delay,
             **execution_fields,
         )
 

@@ -116,6 +116,8 @@ class Task:
         """The enqueue requests of one occurrence, from the task's entries (no I/O)."""
         entries = self.entries(occurrence)
         if inspect.isawaitable(entries):
+            if inspect.iscoroutine(entries):
+                entries.close()  # never awaited: close it rather than leak a warning
             raise DeclarationInvalid(
                 f"task {self.name}: enqueue must answer [(job, input), ...] synchronously; do "
                 "I/O in a job it enqueues (the fan-out pattern)",

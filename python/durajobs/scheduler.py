@@ -106,7 +106,7 @@ class Scheduler:
                 log.error(
                     "jobs.scheduler.task-failed", extra={"task": task.name, "error": str(failure)}
                 )
-        if self.maintenance and now >= self._next_maintenance:
+        if self.maintenance and now >= self._next_maintenance and self.still_leading():
             self._next_maintenance = now + MAINTENANCE_EVERY
             for chore in self.maintenance:
                 try:
@@ -121,7 +121,7 @@ class Scheduler:
         watermark = self._watermarks.get(task.name)
         if watermark is None:
             state = await self.db.run(calls.scheduler_arm(task.name, now))
-            watermark = state.watermark
+            watermark = self._watermarks[task.name] = state.watermark  # read once, even if broken
         fired = 0
         for occurrence, passed in task.due(watermark, now):
             if not self.still_leading():
@@ -150,7 +150,8 @@ class Scheduler:
 
     async def run(self) -> None:
         """Tick until stop(); a round that throws is logged and the loop goes on. A clean stop
-        gives the lease up so a standby takes over at once."""
+        gives the lease up so a standby takes over at once; a cancelled (abandoned) round does
+        not, so no standby fires while it may still be dispatching: the lease runs out instead."""
         await self.db.open()
         try:
             while self._running:

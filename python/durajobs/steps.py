@@ -28,12 +28,15 @@ DEFAULT_EVENT_POLL = timedelta(seconds=30)
 
 
 class StepSuspension(BaseException):
-    """Raised by step.sleep to park the run; a BaseException so `except Exception` lets it by."""
+    """Raised by step.sleep and step.wait_for_event to park the run; a BaseException so that
+    `except Exception` lets it by. `delay` is how long the run parks, measured on the clock that
+    set it (the database's, for a wait), so no process's skew changes it."""
 
-    def __init__(self, wake_at: datetime, step: str) -> None:
-        super().__init__(f"run suspended by step {step!r} until {wake_at.isoformat()}")
-        self.wake_at = wake_at
+    def __init__(self, delay: timedelta, step: str, wake_at: datetime | None = None) -> None:
+        super().__init__(f"run suspended by step {step!r} for {delay}")
+        self.delay = max(delay, timedelta(0))
         self.step = step
+        self.wake_at = wake_at  # a sleep's recorded wake time, when there is one
 
 
 class StepWriter(Protocol):
@@ -211,7 +214,7 @@ class AsyncSteps:
         name, length = self._book.sleep_name(name_or_duration, duration)
         wake_at = await _sleep_step(self._book, name, length)
         if wake_at is not None:
-            raise StepSuspension(wake_at, name)
+            raise StepSuspension(wake_at - datetime.now(UTC), name, wake_at)
 
     async def wait_for_event(
         self,
@@ -288,7 +291,7 @@ class SyncSteps:
         name, length = self._book.sleep_name(name_or_duration, duration)
         wake_at = self._on_loop(_sleep_step(self._book, name, length))
         if wake_at is not None:
-            raise StepSuspension(wake_at, name)
+            raise StepSuspension(wake_at - datetime.now(UTC), name, wake_at)
 
 
 async def _wait_step(
@@ -330,7 +333,7 @@ async def _wait_step(
     if timeout is not None:
         wake = min(wake, began + timeout)
     # the delay on the database's clock, carried over to this process's clock
-    return False, StepSuspension(datetime.now(UTC) + (wake - lookup.now), name)
+    return False, StepSuspension(wake - lookup.now, name)
 
 
 async def _sleep_step(book: _StepBook, name: str, length: timedelta) -> datetime | None:

@@ -242,3 +242,43 @@ def test_a_publish_wakes_the_waiting_runs_queue(database_url):
             client.publish_event("order.paid", correlation_key="o-1")
         heard = [notice.payload for notice in listener.notifies(timeout=0.5)]
     assert heard == ["orders"]
+
+
+def test_a_worker_clock_running_ahead_neither_misses_an_event_nor_times_out_early(
+    database_url, monkeypatch
+):
+    """C.35: a wait is stamped and judged on the database's clock, never the worker's."""
+    import durajobs.steps as steps_module
+
+    real_datetime = steps_module.datetime
+
+    class AheadClock(real_datetime):  # type: ignore[misc, valid-type]
+        @classmethod
+        def now(cls, tz=None):
+            return real_datetime.now(tz) + timedelta(seconds=30)
+
+    monkeypatch.setattr(steps_module, "datetime", AheadClock)
+    registry = durajobs.Registry(database_url=database_url)
+    answers: list[object] = []
+
+    @registry.job(name="skewed", input=Order, idempotency_key=lambda o: o.order_id, tenant="none")
+    async def skewed(ctx):
+        answers.append(
+            await ctx.step.wait_for_event(
+                "wait", "order.paid", match=ctx.input.order_id, timeout="10s"
+            )
+        )
+
+    job = skewed.enqueue({"order_id": "o-1"})
+    first = asyncio.run(_attempt(database_url, registry))
+    assert first.outcome is durajobs.Outcome.SUSPENDED  # not timed out by a clock 30 s ahead
+    # parked for the database's 10 s at most, not shortened or lengthened by the skew
+    parked = _row(
+        database_url, "select run_at - updated_at from jobs.jobs where id = %s", [job.id]
+    )[0]
+    assert timedelta(seconds=9) <= parked <= timedelta(seconds=10.5)
+    with durajobs.Client.connect(database_url) as client:
+        client.publish_event("order.paid", {"late": False}, correlation_key="o-1")
+    second = asyncio.run(_attempt(database_url, registry))
+    assert second.outcome is durajobs.Outcome.COMPLETED
+    assert answers == [{"late": False}]

@@ -501,3 +501,152 @@ def test_a_zone_abbreviation_is_not_answered_with_a_fixed_offset_zone():
     with pytest.raises(DeclarationInvalid) as refused:
         durajobs.Registry().task(name="t", cron="0 9 * * *", tz="CEST")
     assert all("/" in zone for zone in refused.value.detail["suggestions"])
+
+
+def test_the_leader_runs_maintenance_once_a_minute_and_standbys_never(database_url):
+    registry = _app(database_url)
+    clock = Clock(START + timedelta(seconds=1))
+    chores: list[str] = []
+
+    def chore_of(holder):
+        async def chore(db):
+            chores.append(holder)
+
+        return chore
+
+    leader = Scheduler(
+        registry, database_url, clock=clock, holder="leader", maintenance=[chore_of("leader")]
+    )
+    standby = Scheduler(
+        registry, database_url, clock=clock, holder="standby", maintenance=[chore_of("standby")]
+    )
+
+    async def scenario():
+        await leader.db.open()
+        await standby.db.open()
+        try:
+            for _ in range(150):  # two and a half minutes
+                await leader.tick_once()
+                await standby.tick_once()
+                clock.now += timedelta(seconds=1)
+        finally:
+            await leader.db.close()
+            await standby.db.close()
+
+    asyncio.run(scenario())
+    assert chores == ["leader"] * 3  # at 0:00, 1:00 and 2:00
+
+
+def test_skip_finds_the_latest_occurrence_without_walking_the_gap(database_url, monkeypatch):
+    """R54: about 35 cron evaluations for a year, not one per missed occurrence."""
+    import croniter as croniter_module
+
+    evaluations = {"count": 0}
+    real_next, real_prev = croniter_module.croniter.get_next, croniter_module.croniter.get_prev
+
+    def counted_next(self, *args, **kwargs):
+        evaluations["count"] += 1
+        return real_next(self, *args, **kwargs)
+
+    def counted_prev(self, *args, **kwargs):
+        evaluations["count"] += 1
+        return real_prev(self, *args, **kwargs)
+
+    monkeypatch.setattr(croniter_module.croniter, "get_next", counted_next)
+    monkeypatch.setattr(croniter_module.croniter, "get_prev", counted_prev)
+    registry = _app(database_url, catch_up="skip", cron="*/5 * * * *")
+    (task,) = registry.tasks()
+    fires = task.due(START - timedelta(days=365), START + timedelta(minutes=7))
+    assert fires == [(START + timedelta(minutes=5), START + timedelta(minutes=5))]
+    assert evaluations["count"] <= 40  # a year of */5 is 105,120 occurrences
+
+
+def test_an_abandoned_round_keeps_the_lease(database_url):
+    """R55: releasing it would let a standby fire while the round may still be dispatching."""
+    registry = _app(database_url)
+    _set_watermark(database_url, "hourly", START - timedelta(minutes=30))
+    node = Scheduler(
+        registry, database_url, clock=Clock(START + timedelta(minutes=1)), holder="abandoned"
+    )
+    real_run = node.db.run
+
+    async def hanging_fire(call):
+        if call.function == "jobs.scheduler_fire":
+            await asyncio.Event().wait()
+        return await real_run(call)
+
+    node.db.run = hanging_fire  # type: ignore[method-assign]
+
+    async def scenario():
+        running = asyncio.ensure_future(node.run())
+        while not node.leading:
+            await asyncio.sleep(0.02)
+        await asyncio.sleep(0.1)
+        running.cancel()  # the drain deadline passed mid-round
+        await asyncio.gather(running, return_exceptions=True)
+
+    asyncio.run(scenario())
+    with psycopg.connect(database_url, autocommit=True) as connection:
+        holders = connection.execute("select holder from jobs.scheduler_leases").fetchall()
+    assert holders == [("abandoned",)]
+
+
+def test_two_schedulers_on_one_pool_still_elect_one_leader(database_url):
+    """R51: a session-scoped advisory lock would let both lead through one pool."""
+    registry = _app(database_url)
+    clock = Clock(START + timedelta(seconds=1))
+    a = Scheduler(registry, database_url, clock=clock, holder="a")
+    b = Scheduler(registry, database_url, clock=clock, holder="b")
+    b.db = a.db  # the same pool, the same sessions
+
+    async def scenario():
+        await a.db.open()
+        try:
+            seen = []
+            for _ in range(35):  # past three renewal intervals
+                await a.tick_once()
+                await b.tick_once()
+                seen.append((a.leading, b.leading))
+                clock.now += timedelta(seconds=1)
+            return seen
+        finally:
+            await a.db.close()
+
+    assert set(asyncio.run(scenario())) == {(True, False)}
+
+
+def test_a_scheduler_across_the_spring_switch_fires_the_moved_occurrence(database_url):
+    registry = durajobs.Registry(database_url=database_url)
+
+    @registry.job(name="report", input=Report, idempotency_key=lambda r: r.at, tenant="none")
+    async def report(ctx):
+        return None
+
+    registry.task(name="night", cron="30 2 * * *", tz="America/New_York")(
+        lambda occurrence: [(report, {"at": occurrence.isoformat()})]
+    )
+    (task,) = registry.tasks()
+    switch_day = datetime(2026, 3, 8, 7, 5, tzinfo=UTC)  # 03:05 EDT, just after the gap
+    assert task.latest_at_or_before(switch_day) == datetime(2026, 3, 8, 7, 0, tzinfo=UTC)
+    _set_watermark(database_url, "night", datetime(2026, 3, 7, 7, 30, tzinfo=UTC))
+    clock = Clock(switch_day)
+    assert asyncio.run(_ticks(Scheduler(registry, database_url, clock=clock), clock)) == [1]
+    assert _jobs(database_url) == ["2026-03-08T07:00:00+00:00"]  # 03:00 EDT, once
+
+
+def test_latest_at_or_before_skips_the_repeated_autumn_time():
+    registry = durajobs.Registry()
+    daily = registry.task(name="d", cron="30 1 * * *", tz="America/New_York")(lambda o: [])
+    after_both = datetime(2026, 11, 1, 7, 0, tzinfo=UTC)  # 02:00 EST, after the second 01:30
+    assert daily.latest_at_or_before(after_both) == datetime(2026, 11, 1, 5, 30, tzinfo=UTC)
+
+
+def test_an_enqueue_function_that_answers_an_awaitable_is_refused(database_url):
+    registry = _app(database_url)
+
+    async def coroutine():
+        return []
+
+    task = registry.task(name="sneaky", cron="0 * * * *", tz="UTC")(lambda o: coroutine())
+    with pytest.raises(DeclarationInvalid):
+        task.requests(START)
