@@ -36,7 +36,10 @@ def execute(connection: psycopg.Connection[Any], call: Call[T]) -> T:
             cursor.execute(call.sql.encode(), call.params)
             rows = cursor.fetchall()
     except psycopg.Error as error:
-        raise from_database_error(error) from error.__cause__
+        translated = from_database_error(error)
+        if translated is error:
+            raise
+        raise translated from error
     return call.decode(rows)
 
 
@@ -47,7 +50,10 @@ async def execute_async(connection: psycopg.AsyncConnection[Any], call: Call[T])
             await cursor.execute(call.sql.encode(), call.params)
             rows = await cursor.fetchall()
     except psycopg.Error as error:
-        raise from_database_error(error) from error.__cause__
+        translated = from_database_error(error)
+        if translated is error:
+            raise
+        raise translated from error
     return call.decode(rows)
 
 

@@ -27,6 +27,8 @@ class AsyncDatabase:
             min_size=self._sizes[0],
             max_size=self._sizes[1],
             kwargs={"autocommit": True},
+            # a connection a Postgres restart broke is replaced before use, not failed on an ack
+            check=AsyncConnectionPool.check_connection,
             open=False,
         )
 
@@ -34,9 +36,13 @@ class AsyncDatabase:
         """Open the pool (a fresh one after a close) and check the schema version."""
         if self.pool.closed and getattr(self.pool, "_opened", False):
             self.pool = self._new_pool()
-        await self.pool.open(wait=True)
-        async with self.pool.connection() as connection:
-            await check_schema_async(connection)
+        try:
+            await self.pool.open(wait=True)
+            async with self.pool.connection() as connection:
+                await check_schema_async(connection)
+        except BaseException:
+            await self.pool.close()
+            raise
 
     async def close(self) -> None:
         await self.pool.close()

@@ -101,7 +101,13 @@ class Job(Generic[I]):
 
     @property
     def is_async(self) -> bool:
-        return inspect.iscoroutinefunction(self.handler)
+        """An `async def` handler, seen through functools.wraps wrappers and __call__."""
+        handler = inspect.unwrap(self.handler)
+        if inspect.iscoroutinefunction(handler):
+            return True
+        if inspect.isfunction(handler) or inspect.ismethod(handler):
+            return False
+        return inspect.iscoroutinefunction(type(handler).__call__)  # a callable object
 
     def parse(self, input: I | Mapping[str, Any]) -> I:
         """Validate `input` against the input model; raise X_JOB_INPUT_INVALID naming the field."""
@@ -148,6 +154,12 @@ class Job(Generic[I]):
             enqueued_by = None
         if delay is not None and run_at is not None:
             raise DeclarationInvalid("pass delay or run_at, not both", detail={"job": self.name})
+        if run_at is not None and run_at.tzinfo is None:
+            raise ArgumentInvalid(
+                f"job {self.name}: run_at {run_at.isoformat()} has no time zone; pass an aware "
+                "datetime (e.g. datetime.now(UTC) + timedelta(hours=1))",
+                detail={"job": self.name, "argument": "run_at"},
+            )
         if delay is not None and delay not in (0, timedelta(0)):
             run_at = datetime.now(UTC) + parse_duration(delay, field="delay")
         if staged:

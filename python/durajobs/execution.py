@@ -25,6 +25,7 @@ from pydantic import BaseModel
 
 from durajobs import calls
 from durajobs.declarations import Job, Registry, Settled
+from durajobs.durations import DeclarationInvalid
 from durajobs.errors import (
     Aborted,
     Draining,
@@ -48,6 +49,7 @@ I = TypeVar("I", bound=BaseModel)  # noqa: E741
 UNKNOWN_JOB_PARK = timedelta(seconds=30)
 ON_SETTLED_TRIES = 3
 UNWIND_GRACE_SECONDS = 0.5
+HISTORY_RETRY = timedelta(seconds=1)
 MAX_STATED_WAIT_SECONDS = 365 * 24 * 3600.0  # a NaN fails the >= test; inf lands here
 
 
@@ -181,6 +183,7 @@ async def execute(
     lease: Lease,
     on_abandoned: Callable[[JobExecution], None] | None = None,
     executor: Executor | None = None,
+    on_lingering: Callable[[asyncio.Future[Any]], None] | None = None,
 ) -> JobExecution:
     """Run one claimed attempt and settle it; never raises for anything the job did.
 
@@ -224,6 +227,14 @@ async def execute(
         )
         log.error("jobs.step.status-unknown", extra={"job": claimed.name, "detail": unknown.detail})
         return finish(Outcome.PARKED, error=str(unknown), code=unknown.code)
+    except Exception as failure:
+        # the history could not be read (a pool timeout, a dropped connection): hand the run
+        # back uncounted rather than let its lease lapse into a counted, maybe final, attempt
+        await settler.nack(
+            next_state=NackTarget.READY, delay=HISTORY_RETRY, counts_as_attempt=False
+        )
+        log.error("jobs.step.history-failed", extra={"job": claimed.name, "error": str(failure)})
+        return finish(Outcome.INTERRUPTED, error=_error_text(failure))
 
     book = new_book(
         records, _Writer(db, claimed, worker_id, signal), signal, job.step_timeout, job.event_poll
@@ -266,6 +277,7 @@ async def execute(
             signal,
             on_late=lambda: _late(claimed, finish, on_abandoned),
             executor=executor,
+            on_lingering=on_lingering,
         )
     except StepSuspension as parked:
         suspension = parked
@@ -338,15 +350,18 @@ async def _run_body(
     signal: CancelSignal,
     on_late: Callable[[], None],
     executor: Executor | None,
+    on_lingering: Callable[[asyncio.Future[Any]], None] | None = None,
 ) -> Any:
     """Run the handler until it ends or the signal is set.
 
     After a drain the body is waited for (the worker's drain deadline bounds it): settling it
     first would let another worker run a second copy. After a deadline, a lost lease or a
     cancel, it gets a short grace to unwind, then the attempt ends without it; durable writes
-    it makes later are refused by the signal and the claim fence.
+    it makes later are refused by the signal and the claim fence. A plain def body that keeps
+    running is handed to `on_lingering`, so its worker keeps the slot (and the thread) counted.
     """
     loop = asyncio.get_running_loop()
+    task: asyncio.Future[Any]
     if job.is_async:
         task = asyncio.ensure_future(job.handler(context))
         signal.on_cancel(lambda _reason: loop.call_soon_threadsafe(task.cancel))
@@ -360,14 +375,23 @@ async def _run_body(
         await asyncio.wait({task}, timeout=grace)
     if not task.done():
         task.add_done_callback(lambda _task: on_late())
+        if on_lingering is not None and not job.is_async:
+            on_lingering(task)
         raise Aborted("the attempt was cancelled and its body has not stopped", detail={})
     try:
         result = task.result()
     except asyncio.CancelledError:
         raise Aborted("the attempt was cancelled", detail={}) from None
     if inspect.isawaitable(result):
-        # a plain def (a decorator's wrapper, say) handed back the coroutine of the real body
-        return await result
+        # a plain def handed back a coroutine: running it here would run its sync steps on the
+        # loop they need; the declaration must say async def (functools.wraps on a wrapper)
+        if inspect.iscoroutine(result):
+            result.close()
+        raise DeclarationInvalid(
+            f"job {job.name}: the handler is a plain def that returned a coroutine; declare it "
+            "`async def`, or wrap it with functools.wraps",
+            detail={"job": job.name},
+        )
     return result
 
 

@@ -37,6 +37,7 @@ class LeaseKeeper:
         *,
         visibility: timedelta,
         on_lost: Callable[[ClaimedJob], None] | None = None,
+        since: float | None = None,
     ) -> None:
         self._db = db
         self._claimed = claimed
@@ -47,6 +48,8 @@ class LeaseKeeper:
         self._on_lost = on_lost
         self._stopped = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        # when the lease began on this process's clock: the claim's send, not the attempt's start
+        self._since = time.monotonic() if since is None else since
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._keep())
@@ -81,17 +84,20 @@ class LeaseKeeper:
             self._on_lost(self._claimed)
 
     async def _keep(self) -> None:
-        last_landed = time.monotonic()
+        last_landed = self._since
+        wait = self._interval
         while not self._stopped.is_set():
             try:
-                await asyncio.wait_for(self._stopped.wait(), timeout=self._interval)
+                await asyncio.wait_for(self._stopped.wait(), timeout=wait)
                 return
             except TimeoutError:
                 pass
+            wait = self._interval
             remaining = self._visibility - (time.monotonic() - last_landed)
             if remaining <= 0:
                 self._lost("expired")
                 return
+            sent = time.monotonic()  # the database stamps the new expiry from about now
             try:
                 answer = await asyncio.wait_for(
                     self._db.run(
@@ -117,19 +123,20 @@ class LeaseKeeper:
                             "error": str(failure),
                         },
                     )
+                # try again soon enough to notice the end of the window in time
+                wait = max(
+                    min(self._interval, self._visibility - (time.monotonic() - last_landed)), 0.01
+                )
                 continue
             if self._stopped.is_set():
                 return  # the settle went out while we asked: not a loss
             if answer is HeartbeatAnswer.OK:
-                last_landed = time.monotonic()
+                last_landed = sent
             elif answer is HeartbeatAnswer.CANCELLED:
                 self._stopped.set()
                 log.info(
                     "jobs.lease.cancelled",
-                    extra={
-                        "job": self._claimed.name,
-                        "id": str(self._claimed.id),
-                    },
+                    extra={"job": self._claimed.name, "id": str(self._claimed.id)},
                 )
                 self._signal.cancel(
                     JobCancelled(

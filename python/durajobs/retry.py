@@ -53,6 +53,8 @@ for _code, _class in {
     "X_JOB_INPUT_INVALID": ErrorClass.TERMINAL,
     "X_JOB_TENANT_MISMATCH": ErrorClass.TERMINAL,
     "X_JOB_ROW_STATUS_UNKNOWN": ErrorClass.TERMINAL,
+    "X_JOB_DECLARATION_INVALID": ErrorClass.TERMINAL,
+    "X_ARGUMENT_INVALID": ErrorClass.TERMINAL,
     "X_JOB_TIMEOUT": ErrorClass.RETRYABLE,
     "X_TIMEOUT": ErrorClass.RETRYABLE,
     "X_DRAINING": ErrorClass.RETRYABLE,

@@ -245,6 +245,18 @@ class SyncSteps:
         self._loop = loop
 
     def _on_loop(self, coroutine: Coroutine[Any, Any, T]) -> T:
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is self._loop:
+            # blocking here would freeze the loop that must run the write: refuse instead
+            coroutine.close()
+            raise ArgumentInvalid(
+                "the step API of a plain def handler was called on the event loop; declare the "
+                "handler `async def` (a wrapper needs functools.wraps)",
+                detail={},
+            )
         return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result()
 
     def run(self, name: str, fn: Callable[..., T]) -> T:

@@ -64,13 +64,17 @@ class QueueWake:
                 self._connection = await psycopg.AsyncConnection.connect(self._url, autocommit=True)
                 await self._connection.execute(calls.listen(self._channel))
                 listening = asyncio.get_running_loop().create_task(self._listen(self._connection))
-                self.proven = await self._probe()
-                if self.proven:
-                    log.info("jobs.wake.live")
-                elif not warned:
-                    warned = True
-                    log.warning("jobs.wake.unverified")
-                await listening
+                try:
+                    self.proven = await self._probe()
+                    if self.proven:
+                        log.info("jobs.wake.live")
+                    elif not warned:
+                        warned = True
+                        log.warning("jobs.wake.unverified")
+                    await listening
+                finally:
+                    listening.cancel()
+                    await asyncio.gather(listening, return_exceptions=True)
             except asyncio.CancelledError:
                 raise
             except Exception as failure:

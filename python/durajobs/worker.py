@@ -14,12 +14,14 @@ import math
 import os
 import signal as signals
 import socket
+import time
 import uuid
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Coroutine, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from durajobs import calls
 from durajobs.database import AsyncDatabase
@@ -123,6 +125,7 @@ class Worker:
         self.executions: list[JobExecution] = []
         self.keep_executions = False
         self._executor: ThreadPoolExecutor | None = None
+        self._chores: set[asyncio.Task[None]] = set()
         self.idle_waits: list[
             float
         ] = []  # the idle backoff as it happened, for operators and tests
@@ -198,6 +201,8 @@ class Worker:
             log.info("jobs.worker.started", extra={"worker": self.worker_id, "queues": self.queues})
             await self._loop()
             await self._settle_held()
+            if self._chores:
+                await asyncio.gather(*self._chores, return_exceptions=True)
         finally:
             if self._wake is not None:
                 await self._wake.stop()
@@ -297,6 +302,7 @@ class Worker:
         if size <= 0 or not self._accepting:
             return 0
         dropping = [job.name for job in self.registry.jobs() if not job.retry.dead_letter]
+        asked = time.monotonic()  # the lease runs from the claim, not from the attempt's start
         rows = await self.db.run(
             calls.claim(
                 queues,
@@ -307,21 +313,32 @@ class Worker:
             )
         )
         started = 0
-        for row in rows:
-            if row.buried:
-                await self._announce_exhausted(row)
-                continue
+        # claimed rows start first: a slow on_settled hook of a buried row must not eat into
+        # their leases
+        for row in (row for row in rows if not row.buried):
             if not self._accepting:
                 # drained while the claim was in flight: hand the row back, uncounted
-                await self.db.run(
-                    calls.nack(row.id, self.worker_id, row.claim, counts_as_attempt=False)
-                )
+                try:
+                    await self.db.run(
+                        calls.nack(row.id, self.worker_id, row.claim, counts_as_attempt=False)
+                    )
+                except Exception as failure:
+                    log.error(
+                        "jobs.settle.failed", extra={"id": str(row.id), "error": str(failure)}
+                    )
                 continue
-            self._start(row)
+            self._start(row, asked)
             started += 1
             position = self.queues.index(row.queue) if row.queue in self.queues else -1
             self._rotation = (position + 1) % len(self.queues)
+        for row in (row for row in rows if row.buried):
+            self._background(self._announce_exhausted(row))
         return started
+
+    def _background(self, work: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.get_running_loop().create_task(work)
+        self._chores.add(task)
+        task.add_done_callback(self._chores.discard)
 
     async def _announce_exhausted(self, row: ClaimedJob) -> None:
         log.error(
@@ -352,15 +369,18 @@ class Worker:
 
     # -- one attempt -----------------------------------------------------------------------
 
-    def _start(self, row: ClaimedJob) -> None:
+    def _start(self, row: ClaimedJob, asked: float) -> None:
         signal = CancelSignal()
-        keeper = LeaseKeeper(self.db, row, self.worker_id, signal, visibility=self.visibility)
+        keeper = LeaseKeeper(
+            self.db, row, self.worker_id, signal, visibility=self.visibility, since=asked
+        )
         task = asyncio.get_running_loop().create_task(self._attempt(row, signal, keeper))
         self._running[row.id] = (row, signal, task)
         self._per_queue[row.queue] += 1
 
     async def _attempt(self, row: ClaimedJob, signal: CancelSignal, keeper: LeaseKeeper) -> None:
         keeper.start()
+        lingering: list[asyncio.Future[Any]] = []
         try:
             execution = await execute(
                 row,
@@ -370,6 +390,7 @@ class Worker:
                 signal=signal,
                 lease=keeper,
                 executor=self._executor,
+                on_lingering=lingering.append,
             )
             self._outcomes[execution.outcome] += 1
             if self.keep_executions:
@@ -384,6 +405,11 @@ class Worker:
             )
         finally:
             await keeper.join()
-            self._running.pop(row.id, None)
+            if lingering:
+                # a plain def body that ignored its cancel still holds a thread: keep its slot
+                # taken until it returns (a drain's deadline bounds this wait)
+                await asyncio.wait(lingering)
+            if self._running.get(row.id, (None, None, None))[2] is asyncio.current_task():
+                self._running.pop(row.id)  # not a newer attempt of the same row
             self._per_queue[row.queue] -= 1
             self._kick.set()  # a freed slot refills at once

@@ -406,3 +406,98 @@ def test_the_attempt_deadline_reaches_a_step_fns_signal(database_url):
     while not told and time.monotonic() < deadline:
         time.sleep(0.02)
     assert told == ["X_JOB_TIMEOUT"]  # the run's deadline, not a step_timeout
+
+
+def test_a_wrapped_async_handler_runs_as_async(database_url):
+    import functools
+
+    registry = durajobs.Registry(database_url=database_url)
+    ran: list[object] = []
+
+    def logged(handler):
+        @functools.wraps(handler)
+        def wrapper(ctx):
+            return handler(ctx)
+
+        return wrapper
+
+    @registry.job(name="wrapped", input=Item, idempotency_key=lambda i: i.key, tenant="none")
+    @logged
+    async def wrapped(ctx):
+        ran.append(await ctx.step.run("s", lambda: 7))
+
+    wrapped.enqueue({"key": "k"})
+    execution = asyncio.run(_execute_one(database_url, registry))
+    assert execution.outcome is durajobs.Outcome.COMPLETED
+    assert ran == [7]
+
+
+def test_a_plain_def_returning_a_coroutine_is_refused_not_run_on_the_loop(database_url):
+    registry = durajobs.Registry(database_url=database_url)
+
+    async def body(ctx):
+        return await ctx.step.run("s", lambda: 1)
+
+    @registry.job(
+        name="unwrapped",
+        input=Item,
+        idempotency_key=lambda i: i.key,
+        tenant="none",
+        retry=RetryPolicy.of(attempts=3),
+    )
+    def unwrapped(ctx):  # no functools.wraps: it looks like a plain def
+        return body(ctx)
+
+    job = unwrapped.enqueue({"key": "k"})
+    execution = asyncio.run(asyncio.wait_for(_execute_one(database_url, registry), 10))
+    assert execution.code == "X_JOB_DECLARATION_INVALID"
+    assert _row(database_url, job.id)[0] == "dead"  # terminal: a retry cannot fix a declaration
+
+
+def test_a_history_that_cannot_be_read_hands_the_run_back_uncounted(database_url):
+    registry = durajobs.Registry(database_url=database_url)
+
+    @registry.job(name="history", input=Item, idempotency_key=lambda i: i.key, tenant="none")
+    async def history(ctx):
+        return None
+
+    job = history.enqueue({"key": "k"})
+
+    async def scenario():
+        async with AsyncDatabase(database_url) as db:
+            (claimed,) = await db.run(calls.claim(["default"], "w"))
+            real_run = db.run
+
+            async def broken_history(call):
+                if call.function == "jobs.steps_v1":
+                    raise psycopg.OperationalError("the pool timed out")
+                return await real_run(call)
+
+            db.run = broken_history  # type: ignore[method-assign]
+            return await execute(
+                claimed, registry, db=db, worker_id="w", signal=CancelSignal(), lease=Lease()
+            )
+
+    execution = asyncio.run(scenario())
+    assert execution.outcome is durajobs.Outcome.INTERRUPTED
+    assert _row(database_url, job.id)[:2] == ("ready", 0)
+
+
+def test_a_naive_run_at_is_refused(database_url):
+    from datetime import datetime
+
+    registry = durajobs.Registry(database_url=database_url)
+
+    @registry.job(name="naive", input=Item, idempotency_key=lambda i: i.key, tenant="none")
+    async def naive(ctx):
+        return None
+
+    with pytest.raises(durajobs.errors.ArgumentInvalid, match="time zone"):
+        naive.enqueue({"key": "k"}, run_at=datetime(2030, 1, 1, 9, 0))
+
+
+def test_a_translated_error_keeps_the_driver_error_as_its_cause(client):
+    with pytest.raises(durajobs.errors.ArgumentInvalid) as raised:
+        client.enqueue("n", {}, "k", max_attempts=0)
+    assert isinstance(raised.value.__cause__, psycopg.Error)
+    assert raised.value.__cause__.sqlstate == "JQ001"

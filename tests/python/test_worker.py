@@ -926,3 +926,75 @@ def test_the_worker_installs_no_signal_handlers_unless_asked(database_url):
 
     asyncio.run(scenario())
     assert seen == [before]
+
+
+def test_a_body_that_ignored_its_deadline_keeps_its_slot_until_it_returns(database_url):
+    """Its thread is still busy: the slot stays taken, so the next job does not queue behind it
+    and get failed as timed out without having run."""
+    registry = _registry(database_url)
+    events: list[tuple[str, float]] = []
+
+    @registry.job(
+        name="stubborn",
+        input=Item,
+        idempotency_key=lambda i: i.key,
+        tenant="none",
+        timeout="200ms",
+        retry=RetryPolicy.of(attempts=1),
+    )
+    def stubborn(ctx):
+        time.sleep(1.0)  # ignores ctx.cancelled
+        events.append(("stubborn-returned", time.monotonic()))
+
+    @registry.job(
+        name="next", input=Item, idempotency_key=lambda i: i.key, tenant="none", timeout="300ms"
+    )
+    def next_job(ctx):
+        events.append(("next-started", time.monotonic()))
+
+    stubborn.enqueue({"key": "a"})
+    next_job.enqueue({"key": "b"})
+    worker = Worker(registry, database_url, listen=False, max_in_flight=1)
+    worker.keep_executions = True
+    asyncio.run(_run_until(worker, lambda: any(e[0] == "next-started" for e in events)))
+    order = [name for name, _ in sorted(events, key=lambda e: e[1])]
+    assert order == ["stubborn-returned", "next-started"]
+    outcomes = {e.name: e.outcome for e in worker.executions}
+    # queued behind the busy thread, "next" would have timed out before it ever ran
+    assert outcomes == {
+        "stubborn": durajobs.Outcome.DEAD_LETTERED,
+        "next": durajobs.Outcome.COMPLETED,
+    }
+
+
+def test_claimed_rows_start_before_a_slow_hook_of_a_buried_row(database_url):
+    registry = _registry(database_url)
+    started: list[float] = []
+
+    async def slow_hook(settled):
+        await asyncio.sleep(1.5)
+
+    @registry.job(
+        name="doomed",
+        input=Item,
+        idempotency_key=lambda i: i.key,
+        tenant="none",
+        retry=RetryPolicy.of(attempts=1),
+        on_settled=slow_hook,
+    )
+    async def doomed(ctx):
+        return None
+
+    @registry.job(name="fresh", input=Item, idempotency_key=lambda i: i.key, tenant="none")
+    async def fresh(ctx):
+        started.append(time.monotonic())
+
+    doomed.enqueue({"key": "d"})
+    with psycopg.connect(database_url, autocommit=True) as connection:
+        durajobs.execute(connection, calls.claim(["default"], "died"))
+        connection.execute("update jobs.jobs set lease_expires_at = now() - interval '1 second'")
+    fresh.enqueue({"key": "f"})
+    worker = Worker(registry, database_url, listen=False)
+    began = time.monotonic()
+    asyncio.run(_run_until(worker, lambda: bool(started)))
+    assert started[0] - began < 1.0  # it did not wait for the buried row's hook
