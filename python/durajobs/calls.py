@@ -18,9 +18,11 @@ from psycopg.types.json import Jsonb
 
 from durajobs.errors import ClaimQueuesEmpty
 from durajobs.records import (
+    BulkResult,
     ClaimedJob,
     EnqueueResult,
     EventLookup,
+    JobSummary,
     OutboxRecord,
     QueueStat,
     Row,
@@ -453,3 +455,64 @@ def resume_task(task: str) -> Call[bool]:
 
 def task_fires() -> Call[list[TaskState]]:
     return _call("jobs.task_fires", TaskState.COLUMNS, {}, _all(TaskState.from_row))
+
+
+def list_jobs(
+    *,
+    queue: str | None = None,
+    name: str | None = None,
+    state: str | None = None,
+    tenant_id: str | None = None,
+    id_prefix: str | None = None,
+    created_from: datetime | None = None,
+    created_to: datetime | None = None,
+    page_size: int | None = None,
+    after: UUID | None = None,
+    before: UUID | None = None,
+) -> Call[list[JobSummary]]:
+    arguments = {
+        "queue": queue,
+        "name": name,
+        "state": state,
+        "tenant_id": tenant_id,
+        "id_prefix": id_prefix,
+        "created_from": created_from,
+        "created_to": created_to,
+        "page_size": page_size,
+        "after": after,
+        "before": before,
+    }
+    return _call("jobs.list_jobs", JobSummary.COLUMNS, arguments, _all(JobSummary.from_row))
+
+
+def remove(id: UUID) -> Call[bool]:
+    return _call("jobs.remove", "", {"id": id}, _scalar, scalar=True)
+
+
+def promote(id: UUID) -> Call[bool]:
+    return _call("jobs.promote", "", {"id": id}, _scalar, scalar=True)
+
+
+def _bulk(
+    function: str, state: str, queue: str | None, name: str | None, tenant_id: str | None
+) -> Call[BulkResult]:
+    arguments = {"state": state, "queue": queue, "name": name, "tenant_id": tenant_id}
+    return _call(function, "affected, remaining", arguments, _one(BulkResult.from_row))
+
+
+def requeue_many(
+    state: str, *, queue: str | None = None, name: str | None = None, tenant_id: str | None = None
+) -> Call[BulkResult]:
+    return _bulk("jobs.requeue_many", state, queue, name, tenant_id)
+
+
+def remove_many(
+    state: str, *, queue: str | None = None, name: str | None = None, tenant_id: str | None = None
+) -> Call[BulkResult]:
+    return _bulk("jobs.remove_many", state, queue, name, tenant_id)
+
+
+def promote_many(
+    state: str, *, queue: str | None = None, name: str | None = None, tenant_id: str | None = None
+) -> Call[BulkResult]:
+    return _bulk("jobs.promote_many", state, queue, name, tenant_id)

@@ -144,6 +144,24 @@ class JobNotCancellable(DurajobsError):
     fix = "only a live job cancels; a finished one stays as it ended (jobs.requeue runs it again)"
 
 
+class JobPageInvalid(DurajobsError, ValueError):
+    code = "X_JOB_PAGE_INVALID"
+    sqlstate = "JQ014"
+    fix = "pass page_size from 1 to 200, and after or before (not both) with an id a page answered"
+
+
+class JobNotRemovable(DurajobsError):
+    code = "X_JOB_NOT_REMOVABLE"
+    sqlstate = "JQ015"
+    fix = "cancel the running job first (jobs.cancel), then remove it"
+
+
+class JobNotPromotable(DurajobsError):
+    code = "X_JOB_NOT_PROMOTABLE"
+    sqlstate = "JQ016"
+    fix = "only a delayed job, or a ready one backing off, can be made due now"
+
+
 class SchemaVersionMismatch(DurajobsError):
     """The database's jobs schema is missing or not the version this package speaks."""
 

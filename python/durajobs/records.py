@@ -195,3 +195,47 @@ class TaskState:
     @classmethod
     def from_row(cls, row: Row) -> TaskState:
         return cls(*row)
+
+
+@dataclass(frozen=True, slots=True)
+class JobSummary:
+    """One row of a jobs.list_jobs page."""
+
+    id: UUID
+    run_id: UUID
+    name: str
+    queue: str
+    state: JobState
+    tenant_id: str | None
+    attempt: int
+    max_attempts: int
+    priority: int
+    run_at: datetime
+    created_at: datetime
+    updated_at: datetime
+    finished_at: datetime | None
+    last_error: str | None
+    last_error_code: str | None
+
+    COLUMNS = (
+        "id, run_id, name, queue, state, tenant_id, attempt, max_attempts, priority, run_at, "
+        "created_at, updated_at, finished_at, last_error, last_error_code"
+    )
+
+    @classmethod
+    def from_row(cls, row: Row) -> JobSummary:
+        values = list(row)
+        values[4] = narrow(JobState, row[4], table="jobs.jobs", column="state")
+        return cls(*values)
+
+
+@dataclass(frozen=True, slots=True)
+class BulkResult:
+    """What a bulk operator call moved, and how many rows a next call could still move."""
+
+    affected: int
+    remaining: int
+
+    @classmethod
+    def from_row(cls, row: Row) -> BulkResult:
+        return cls(*row)

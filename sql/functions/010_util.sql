@@ -4,14 +4,14 @@
 
 -- jobs.version: the installed schema version; the Python package refuses an older one.
 -- Answers an integer. Raises nothing. Introduced in revision 0001; since then it answers the
--- number of the newest revision installed (4 since revision 0004).
+-- number of the newest revision installed (5 since revision 0005).
 create function jobs.version()
 returns integer
 language sql
 stable
 set search_path = pg_catalog, pg_temp
 as $$
-  select 4
+  select 5
 $$;
 
 -- jobs._now: the one clock every function reads. A test pins it with
@@ -109,7 +109,13 @@ insert into jobs.error_codes (code, sqlstate, fix) values
   ('X_JOB_NOT_REQUEUEABLE', 'JQ012',
    'only a finished job requeues: wait for it, or jobs.cancel(id => ...) it first'),
   ('X_JOB_NOT_CANCELLABLE', 'JQ013',
-   'only a live job cancels; a finished one stays as it ended (jobs.requeue runs it again)');
+   'only a live job cancels; a finished one stays as it ended (jobs.requeue runs it again)'),
+  ('X_JOB_PAGE_INVALID', 'JQ014',
+   'pass page_size from 1 to 200, and after or before (not both) with an id a page answered'),
+  ('X_JOB_NOT_REMOVABLE', 'JQ015',
+   'cancel the running job first (jobs.cancel), then remove it'),
+  ('X_JOB_NOT_PROMOTABLE', 'JQ016',
+   'only a delayed job, or a ready one backing off, can be made due now');
 
 -- jobs._raise: raise the registered error `code` with its SQLSTATE, a message that starts with
 -- the code, structured detail (a JSON object that always carries the code) and the fix as hint.

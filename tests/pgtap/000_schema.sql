@@ -101,7 +101,7 @@ select has_index('jobs', 'jobs', 'jobs_queue_created_idx', array['queue', 'creat
                  'the queue listing index is (queue, created_at, id)');
 select indexes_are('jobs', 'jobs',
                    array['jobs_pkey', 'jobs_name_tenant_idempotency_live_idx', 'jobs_claim_idx',
-                         'jobs_lease_idx', 'jobs_queue_created_idx'],
+                         'jobs_lease_idx', 'jobs_queue_created_idx', 'jobs_created_idx'],
                    'jobs.jobs carries no index the functions do not use (each costs every insert)');
 
 -- jobs.steps: keyed by (run_id, name)
@@ -118,7 +118,7 @@ select col_is_unique('jobs', 'error_codes', 'sqlstate', 'no two codes share a sq
 -- the composite types the functions answer
 select types_are('jobs', array['enqueue_result', '_enqueue_request', 'claimed_job', 'settle_result',
                                'step_record', 'queue_stat', 'outbox_record', 'event_lookup',
-                               'task_state'],
+                               'task_state', 'job_summary', 'bulk_result'],
                  'schema jobs declares the answer types');
 select has_composite('jobs', 'enqueue_result', 'jobs.enqueue_result exists');
 

@@ -4,7 +4,7 @@ begin;
 select plan(24);
 
 -- jobs.version: the installed schema version is 1
-select is(jobs.version(), 4, 'jobs.version() answers 4 (revision 0004)');
+select is(jobs.version(), 5, 'jobs.version() answers 5 (revision 0005)');
 
 -- jobs._now honours durajobs.now, and follows it when it changes mid-transaction
 set local durajobs.now = '2026-01-01 00:00:00+00';
@@ -74,7 +74,8 @@ select results_eq(
            ('X_JOB_LEASE_LOST', 'JQ007'), ('X_JOB_CANCELLED', 'JQ008'),
            ('X_STEP_DUPLICATE', 'JQ009'), ('X_JOB_ROW_STATUS_UNKNOWN', 'JQ010'),
            ('X_JOB_NOT_FOUND', 'JQ011'), ('X_JOB_NOT_REQUEUEABLE', 'JQ012'),
-           ('X_JOB_NOT_CANCELLABLE', 'JQ013')$$,
+           ('X_JOB_NOT_CANCELLABLE', 'JQ013'), ('X_JOB_PAGE_INVALID', 'JQ014'),
+           ('X_JOB_NOT_REMOVABLE', 'JQ015'), ('X_JOB_NOT_PROMOTABLE', 'JQ016')$$,
   'each X_* code maps to its documented sqlstate');
 select is_empty(
   $$select code from jobs.error_codes where btrim(fix) = ''$$,

@@ -1,0 +1,439 @@
+-- Revision 0005 up: the operator functions (sql/functions/130_operator.sql), their error
+-- codes, and schema version 5. Frozen: never edit after release; a change ships as a new
+-- revision.
+
+create or replace function jobs.version()
+returns integer
+language sql
+stable
+set search_path = pg_catalog, pg_temp
+as $$
+  select 5
+$$;
+
+insert into jobs.error_codes (code, sqlstate, fix) values
+  ('X_JOB_PAGE_INVALID', 'JQ014',
+   'pass page_size from 1 to 200, and after or before (not both) with an id a page answered'),
+  ('X_JOB_NOT_REMOVABLE', 'JQ015',
+   'cancel the running job first (jobs.cancel), then remove it'),
+  ('X_JOB_NOT_PROMOTABLE', 'JQ016',
+   'only a delayed job, or a ready one backing off, can be made due now');
+
+-- 130_operator: what an operator does to jobs: list them a page at a time, remove one, promote a
+-- waiting one to now, and the bulk forms of requeue, remove and promote.
+--
+-- Tables: jobs.jobs (read, update, delete), jobs.steps (delete). Lock order: job rows, then
+-- their steps. Bulk calls touch at most 1,000 rows and answer (affected, remaining), so
+-- "call until zero" ends.
+
+-- keyset listing, newest first, over every state
+create index jobs_created_idx
+  on jobs.jobs (created_at, id);
+
+create type jobs.job_summary as (
+  id uuid,
+  run_id uuid,
+  name text,
+  queue text,
+  state text,
+  tenant_id text,
+  attempt integer,
+  max_attempts integer,
+  priority integer,
+  run_at timestamptz,
+  created_at timestamptz,
+  updated_at timestamptz,
+  finished_at timestamptz,
+  last_error text,
+  last_error_code text
+);
+
+create type jobs.bulk_result as (
+  affected integer,
+  remaining bigint
+);
+
+-- jobs.list_jobs: a page of jobs, newest first by (created_at, id), filtered.
+-- Arguments: queue, name, state, tenant_id, id_prefix (the start of the id's text), created_from,
+-- created_to (inclusive), page_size (100, at most 200), after (the id of the last row of the
+-- previous page: older rows), before (the id of the first row of the page: newer rows, still
+-- answered newest first). Never both cursors.
+-- The seek reads the cursor row's own created_at, so rows created in the same millisecond are
+-- neither skipped nor repeated. A short page is the last one.
+-- Raises X_JOB_PAGE_INVALID (page_size out of range, both cursors, a cursor naming no job),
+-- X_ARGUMENT_INVALID. Locks nothing. Introduced in revision 0005.
+create function jobs.list_jobs(
+  queue text default null,
+  name text default null,
+  state text default null,
+  tenant_id text default null,
+  id_prefix text default null,
+  created_from timestamptz default null,
+  created_to timestamptz default null,
+  page_size integer default 100,
+  after uuid default null,
+  before uuid default null
+)
+returns setof jobs.job_summary
+language plpgsql
+stable
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+  v_cursor_at timestamptz;
+  v_cursor_id uuid;
+begin
+  if page_size is null or page_size < 1 or page_size > 200 then
+    perform jobs._raise('X_JOB_PAGE_INVALID',
+                        format('page_size must be from 1 to 200, got %s', page_size),
+                        jsonb_build_object('argument', 'page_size'));
+  end if;
+  if after is not null and before is not null then
+    perform jobs._raise('X_JOB_PAGE_INVALID', 'pass after or before, not both',
+                        jsonb_build_object('argument', 'after, before'));
+  end if;
+  if state is not null and not (state = any(jobs.job_states())) then
+    perform jobs._invalid('jobs.list_jobs', 'state',
+                          'must be one of ' || array_to_string(jobs.job_states(), ', '));
+  end if;
+  v_cursor_id := coalesce(list_jobs.after, list_jobs.before);
+  if v_cursor_id is not null then
+    select j.created_at into v_cursor_at from jobs.jobs j where j.id = v_cursor_id;
+    if not found then
+      perform jobs._raise(
+        'X_JOB_PAGE_INVALID',
+        format('%s names no job: pass the id of a row a page answered',
+               case when list_jobs.after is not null then 'after' else 'before' end),
+        jsonb_build_object('argument',
+                           case when list_jobs.after is not null then 'after' else 'before' end));
+    end if;
+  end if;
+
+  if list_jobs.before is not null then
+    -- the rows just newer than the cursor, then answered newest first
+    return query
+      select p.id, p.run_id, p.name, p.queue, p.state, p.tenant_id, p.attempt, p.max_attempts,
+             p.priority, p.run_at, p.created_at, p.updated_at, p.finished_at, p.last_error,
+             p.last_error_code
+        from (
+          select j.id, j.run_id, j.name, j.queue, j.state, j.tenant_id, j.attempt,
+                 j.max_attempts, j.priority, j.run_at, j.created_at, j.updated_at,
+                 j.finished_at, j.last_error, j.last_error_code
+            from jobs.jobs j
+           where (j.created_at, j.id) > (v_cursor_at, v_cursor_id)
+             and (list_jobs.queue is null or j.queue = list_jobs.queue)
+             and (list_jobs.name is null or j.name = list_jobs.name)
+             and (list_jobs.state is null or j.state = list_jobs.state)
+             and (list_jobs.tenant_id is null or j.tenant_id = list_jobs.tenant_id)
+             and (list_jobs.id_prefix is null or j.id::text like list_jobs.id_prefix || '%')
+             and (list_jobs.created_from is null or j.created_at >= list_jobs.created_from)
+             and (list_jobs.created_to is null or j.created_at <= list_jobs.created_to)
+           order by j.created_at, j.id
+           limit list_jobs.page_size
+        ) p
+       order by p.created_at desc, p.id desc;
+    return;
+  end if;
+
+  return query
+    select j.id, j.run_id, j.name, j.queue, j.state, j.tenant_id, j.attempt, j.max_attempts,
+           j.priority, j.run_at, j.created_at, j.updated_at, j.finished_at, j.last_error,
+           j.last_error_code
+      from jobs.jobs j
+     where (v_cursor_id is null or (j.created_at, j.id) < (v_cursor_at, v_cursor_id))
+       and (list_jobs.queue is null or j.queue = list_jobs.queue)
+       and (list_jobs.name is null or j.name = list_jobs.name)
+       and (list_jobs.state is null or j.state = list_jobs.state)
+       and (list_jobs.tenant_id is null or j.tenant_id = list_jobs.tenant_id)
+       and (list_jobs.id_prefix is null or j.id::text like list_jobs.id_prefix || '%')
+       and (list_jobs.created_from is null or j.created_at >= list_jobs.created_from)
+       and (list_jobs.created_to is null or j.created_at <= list_jobs.created_to)
+     order by j.created_at desc, j.id desc
+     limit list_jobs.page_size;
+end;
+$$;
+
+-- jobs.remove: delete a job that is not running, and its run's steps once no row of the run
+-- is left. Arguments: id. Answers true.
+-- Raises X_JOB_NOT_FOUND, X_JOB_NOT_REMOVABLE (it is running: cancel it first).
+-- Locks: the job row, then its steps. Introduced in revision 0005.
+create function jobs.remove(id uuid)
+returns boolean
+language plpgsql
+volatile
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+  v_job record;
+begin
+  select j.state, j.run_id into v_job from jobs.jobs j where j.id = remove.id for update;
+  if not found then
+    perform jobs._raise('X_JOB_NOT_FOUND', format('no job has id %s', remove.id),
+                        jsonb_build_object('id', remove.id));
+  end if;
+  if v_job.state = 'running' then
+    perform jobs._raise('X_JOB_NOT_REMOVABLE',
+                        format('job %s is running; cancel it first', remove.id),
+                        jsonb_build_object('id', remove.id, 'state', v_job.state));
+  end if;
+  delete from jobs.jobs j where j.id = remove.id;
+  delete from jobs.steps s
+   where s.run_id = v_job.run_id
+     and not exists (select 1 from jobs.jobs j where j.run_id = v_job.run_id);
+  return true;
+end;
+$$;
+
+-- jobs.promote: make a waiting job due now: a delayed one, or a ready one backing off.
+-- Arguments: id. Answers true. Wakes its queue.
+-- Raises X_JOB_NOT_FOUND, X_JOB_NOT_PROMOTABLE (it is not waiting on its run_at).
+-- Locks the row. Introduced in revision 0005.
+create function jobs.promote(id uuid)
+returns boolean
+language plpgsql
+volatile
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+  v_now timestamptz := jobs._now();
+  v_queue text;
+  v_state text;
+begin
+  update jobs.jobs j
+     set state = 'ready',
+         run_at = v_now,
+         updated_at = v_now
+   where j.id = promote.id
+     and j.state in ('delayed', 'ready')
+     and j.run_at > v_now
+  returning j.queue into v_queue;
+  if found then
+    perform pg_notify('jobs_wake', v_queue);
+    return true;
+  end if;
+  select j.state into v_state from jobs.jobs j where j.id = promote.id;
+  if v_state is null then
+    perform jobs._raise('X_JOB_NOT_FOUND', format('no job has id %s', promote.id),
+                        jsonb_build_object('id', promote.id));
+  end if;
+  perform jobs._raise(
+    'X_JOB_NOT_PROMOTABLE',
+    format('job %s is %s and not waiting on its run_at', promote.id, v_state),
+    jsonb_build_object('id', promote.id, 'state', v_state));
+  return false;
+end;
+$$;
+
+-- jobs._bulk_check: refuse a bulk call without a state in its list.
+-- Raises X_ARGUMENT_INVALID. Introduced in revision 0005.
+create function jobs._bulk_check(function_name text, state text, allowed text[])
+returns void
+language plpgsql
+stable
+set search_path = pg_catalog, pg_temp
+as $$
+begin
+  if state is null or not (state = any(allowed)) then
+    perform jobs._invalid(function_name, 'state', 'must be one of ' || array_to_string(allowed, ', '));
+  end if;
+end;
+$$;
+
+-- jobs.requeue_many: requeue finished jobs of one state (done, failed, dead, cancelled),
+-- optionally of one queue, name and tenant, at most 1,000 a call. A row whose key a live job
+-- holds stays; of several finished rows sharing a key, the oldest is requeued. Keeps each run,
+-- so completed steps replay.
+-- Answers (affected, remaining): remaining counts the rows a next call could still move.
+-- Raises X_ARGUMENT_INVALID. Locks the rows it moves (skip locked). Wakes their queues.
+-- Introduced in revision 0005.
+create function jobs.requeue_many(
+  state text,
+  queue text default null,
+  name text default null,
+  tenant_id text default null
+)
+returns jobs.bulk_result
+language plpgsql
+volatile
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+  v_now timestamptz := jobs._now();
+  v_affected integer;
+  v_remaining bigint;
+  v_queues text[];
+  v_queue text;
+begin
+  perform jobs._bulk_check('jobs.requeue_many', requeue_many.state,
+                           array['done', 'failed', 'dead', 'cancelled']);
+  with movable as materialized (
+    -- of several finished rows sharing a key, the oldest; none whose key a live job holds
+    select distinct on (j.name, coalesce(j.tenant_id, ''), j.idempotency_key) j.id
+      from jobs.jobs j
+     where j.state = requeue_many.state
+       and (requeue_many.queue is null or j.queue = requeue_many.queue)
+       and (requeue_many.name is null or j.name = requeue_many.name)
+       and (requeue_many.tenant_id is null or j.tenant_id = requeue_many.tenant_id)
+       and jobs._find_live(j.name, j.tenant_id, j.idempotency_key) is null
+     order by j.name, coalesce(j.tenant_id, ''), j.idempotency_key, j.created_at, j.id
+  ),
+  batch as materialized (
+    select j.id
+      from jobs.jobs j
+      join movable m on m.id = j.id
+     order by j.created_at, j.id
+     limit 1000
+       for update of j skip locked
+  ),
+  moved as (
+    update jobs.jobs j
+       set state = 'ready', run_at = v_now, attempt = 0, last_error = null,
+           last_error_code = null, last_error_stack = null, lease_expires_at = null,
+           finished_at = null, updated_at = v_now
+      from batch b
+     where j.id = b.id
+    returning j.queue
+  )
+  select count(*), coalesce(array_agg(distinct m.queue), '{}')
+    into v_affected, v_queues
+    from moved m;
+
+  foreach v_queue in array v_queues loop
+    perform pg_notify('jobs_wake', v_queue);
+  end loop;
+
+  select count(*)
+    into v_remaining
+    from (
+      select distinct on (j.name, coalesce(j.tenant_id, ''), j.idempotency_key) j.id
+        from jobs.jobs j
+       where j.state = requeue_many.state
+         and (requeue_many.queue is null or j.queue = requeue_many.queue)
+         and (requeue_many.name is null or j.name = requeue_many.name)
+         and (requeue_many.tenant_id is null or j.tenant_id = requeue_many.tenant_id)
+         and jobs._find_live(j.name, j.tenant_id, j.idempotency_key) is null
+    ) still;
+  return (v_affected, v_remaining)::jobs.bulk_result;
+end;
+$$;
+
+-- jobs.remove_many: delete jobs of one state (any but running), optionally of one queue, name
+-- and tenant, at most 1,000 a call, with the steps of runs no row is left of.
+-- Answers (affected, remaining). Raises X_ARGUMENT_INVALID. Locks the rows (skip locked), then
+-- their steps. Introduced in revision 0005.
+create function jobs.remove_many(
+  state text,
+  queue text default null,
+  name text default null,
+  tenant_id text default null
+)
+returns jobs.bulk_result
+language plpgsql
+volatile
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+  v_affected integer;
+  v_remaining bigint;
+  v_runs uuid[];
+begin
+  perform jobs._bulk_check('jobs.remove_many', remove_many.state,
+                           array['ready', 'delayed', 'suspended', 'done', 'failed', 'dead',
+                                 'cancelled']);
+  with batch as materialized (
+    select j.id
+      from jobs.jobs j
+     where j.state = remove_many.state
+       and (remove_many.queue is null or j.queue = remove_many.queue)
+       and (remove_many.name is null or j.name = remove_many.name)
+       and (remove_many.tenant_id is null or j.tenant_id = remove_many.tenant_id)
+     order by j.created_at, j.id
+     limit 1000
+       for update skip locked
+  ),
+  removed as (
+    delete from jobs.jobs j
+     using batch b
+     where j.id = b.id
+    returning j.run_id
+  )
+  select count(*), coalesce(array_agg(distinct r.run_id), '{}')
+    into v_affected, v_runs
+    from removed r;
+
+  delete from jobs.steps s
+   where s.run_id = any(v_runs)
+     and not exists (select 1 from jobs.jobs j where j.run_id = s.run_id);
+
+  select count(*)
+    into v_remaining
+    from jobs.jobs j
+   where j.state = remove_many.state
+     and (remove_many.queue is null or j.queue = remove_many.queue)
+     and (remove_many.name is null or j.name = remove_many.name)
+     and (remove_many.tenant_id is null or j.tenant_id = remove_many.tenant_id);
+  return (v_affected, v_remaining)::jobs.bulk_result;
+end;
+$$;
+
+-- jobs.promote_many: make waiting jobs of one state (delayed, or ready backing off) due now,
+-- optionally of one queue, name and tenant, at most 1,000 a call.
+-- Answers (affected, remaining: rows still waiting on their run_at). Raises X_ARGUMENT_INVALID.
+-- Locks the rows (skip locked). Wakes their queues. Introduced in revision 0005.
+create function jobs.promote_many(
+  state text,
+  queue text default null,
+  name text default null,
+  tenant_id text default null
+)
+returns jobs.bulk_result
+language plpgsql
+volatile
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+  v_now timestamptz := jobs._now();
+  v_affected integer;
+  v_remaining bigint;
+  v_queues text[];
+  v_queue text;
+begin
+  perform jobs._bulk_check('jobs.promote_many', promote_many.state, array['delayed', 'ready']);
+  with batch as materialized (
+    select j.id
+      from jobs.jobs j
+     where j.state = promote_many.state
+       and j.run_at > v_now
+       and (promote_many.queue is null or j.queue = promote_many.queue)
+       and (promote_many.name is null or j.name = promote_many.name)
+       and (promote_many.tenant_id is null or j.tenant_id = promote_many.tenant_id)
+     order by j.run_at, j.id
+     limit 1000
+       for update skip locked
+  ),
+  moved as (
+    update jobs.jobs j
+       set state = 'ready', run_at = v_now, updated_at = v_now
+      from batch b
+     where j.id = b.id
+    returning j.queue
+  )
+  select count(*), coalesce(array_agg(distinct m.queue), '{}')
+    into v_affected, v_queues
+    from moved m;
+
+  foreach v_queue in array v_queues loop
+    perform pg_notify('jobs_wake', v_queue);
+  end loop;
+
+  select count(*)
+    into v_remaining
+    from jobs.jobs j
+   where j.state = promote_many.state
+     and j.run_at > v_now
+     and (promote_many.queue is null or j.queue = promote_many.queue)
+     and (promote_many.name is null or j.name = promote_many.name)
+     and (promote_many.tenant_id is null or j.tenant_id = promote_many.tenant_id);
+  return (v_affected, v_remaining)::jobs.bulk_result;
+end;
+$$;
