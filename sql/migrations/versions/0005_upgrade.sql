@@ -125,7 +125,8 @@ begin
              and (list_jobs.name is null or j.name = list_jobs.name)
              and (list_jobs.state is null or j.state = list_jobs.state)
              and (list_jobs.tenant_id is null or j.tenant_id = list_jobs.tenant_id)
-             and (list_jobs.id_prefix is null or j.id::text like list_jobs.id_prefix || '%')
+             and (list_jobs.id_prefix is null  -- a plain prefix: no wildcards, any case
+                  or left(j.id::text, length(list_jobs.id_prefix)) = lower(list_jobs.id_prefix))
              and (list_jobs.created_from is null or j.created_at >= list_jobs.created_from)
              and (list_jobs.created_to is null or j.created_at <= list_jobs.created_to)
            order by j.created_at, j.id
@@ -145,7 +146,8 @@ begin
        and (list_jobs.name is null or j.name = list_jobs.name)
        and (list_jobs.state is null or j.state = list_jobs.state)
        and (list_jobs.tenant_id is null or j.tenant_id = list_jobs.tenant_id)
-       and (list_jobs.id_prefix is null or j.id::text like list_jobs.id_prefix || '%')
+       and (list_jobs.id_prefix is null  -- a plain prefix: no wildcards, any case
+            or left(j.id::text, length(list_jobs.id_prefix)) = lower(list_jobs.id_prefix))
        and (list_jobs.created_from is null or j.created_at >= list_jobs.created_from)
        and (list_jobs.created_to is null or j.created_at <= list_jobs.created_to)
      order by j.created_at desc, j.id desc
