@@ -320,7 +320,11 @@ async def execute(
         error = reason
 
     if suspension is not None and error is None:
-        delay = suspension.delay
+        if suspension.wake_at is not None:
+            # a sleep: due at its recorded wake time, measured now, as the nack is sent
+            delay = max(suspension.wake_at - datetime.now(UTC), timedelta(0))
+        else:
+            delay = suspension.delay  # a wait: measured on the database's clock
         landed = await settler.nack(
             next_state=NackTarget.SUSPENDED,
             delay=delay,
@@ -328,6 +332,7 @@ async def execute(
         )
         return finish(
             Outcome.SUSPENDED if landed else Outcome.UNOWNED,
+            # no earlier than the row is due in the database (the nack started its delay)
             resume_at=suspension.wake_at or datetime.now(UTC) + delay,
             **execution_fields,
         )

@@ -43,6 +43,7 @@ IDLE_CEILING = timedelta(seconds=2)
 WOKEN_IDLE_CEILING = timedelta(seconds=5)
 DRAIN_DEADLINE = timedelta(seconds=25)
 LOCAL_TIMER_HORIZON = timedelta(minutes=1)
+LOCAL_TIMER_MARGIN = 0.05  # seconds
 
 
 def _slots(value: object, field: str) -> int:
@@ -398,7 +399,11 @@ class Worker:
             if execution.resume_at is not None:
                 delay = execution.resume_at - datetime.now(UTC)
                 if delay <= LOCAL_TIMER_HORIZON:
-                    asyncio.get_running_loop().call_later(max(delay.total_seconds(), 0), self.kick)
+                    # a little after the due time: a kick that comes early finds nothing and
+                    # leaves the row to the poll
+                    asyncio.get_running_loop().call_later(
+                        max(delay.total_seconds(), 0) + LOCAL_TIMER_MARGIN, self.kick
+                    )
         except Exception as failure:
             log.error(
                 "jobs.worker.attempt-crashed", extra={"id": str(row.id), "error": str(failure)}
