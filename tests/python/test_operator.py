@@ -15,7 +15,7 @@ def test_rows_created_in_one_millisecond_page_exactly_once_both_ways(client):
     client.connection.execute("set durajobs.now = '2026-01-01 00:00:00.123456+00'")
     ids = [client.enqueue("n", {}, f"k{n}").id for n in range(5)]
     client.connection.execute("reset durajobs.now")
-    newest_first = list(reversed(ids))
+    newest_first = sorted(ids, reverse=True)  # one created_at: the id breaks the tie
 
     forward, page = [], client.run(calls.list_jobs(page_size=2))
     while page:
