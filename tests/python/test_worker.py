@@ -27,6 +27,21 @@ def _registry(database_url):
     return durajobs.Registry(database_url=database_url)
 
 
+def _body_that_notes_its_cancel(registry, name, seen):
+    """Declare an async job that notes when it starts and when it is cancelled."""
+
+    @registry.job(name=name, input=Item, idempotency_key=lambda i: i.key, tenant="none")
+    async def body(ctx):
+        seen.append("started")
+        try:
+            await asyncio.sleep(30)
+        except asyncio.CancelledError:
+            seen.append("cancelled")
+            raise
+
+    return body
+
+
 async def _run_until(worker: Worker, done, *, timeout: float = 20.0) -> None:
     """Run `worker` until `done()` is true, then stop it and wait for it."""
     runner = asyncio.ensure_future(worker.run())
@@ -269,14 +284,7 @@ def test_a_cancel_stops_the_running_body_and_is_not_a_lease_loss(database_url, c
     registry = _registry(database_url)
     seen: list[str] = []
 
-    @registry.job(name="cancellable", input=Item, idempotency_key=lambda i: i.key, tenant="none")
-    async def cancellable(ctx):
-        seen.append("started")
-        try:
-            await asyncio.sleep(30)
-        except asyncio.CancelledError:
-            seen.append("cancelled")
-            raise
+    cancellable = _body_that_notes_its_cancel(registry, "cancellable", seen)
 
     job = cancellable.enqueue({"key": "k"})
     worker = Worker(registry, database_url, listen=False, visibility=timedelta(milliseconds=600))
@@ -308,14 +316,7 @@ def test_a_lease_taken_by_another_claim_is_lost_once(database_url, caplog):
     registry = _registry(database_url)
     seen: list[str] = []
 
-    @registry.job(name="stolen", input=Item, idempotency_key=lambda i: i.key, tenant="none")
-    async def stolen(ctx):
-        seen.append("started")
-        try:
-            await asyncio.sleep(30)
-        except asyncio.CancelledError:
-            seen.append("cancelled")
-            raise
+    stolen = _body_that_notes_its_cancel(registry, "stolen", seen)
 
     job = stolen.enqueue({"key": "k"})
     worker = Worker(registry, database_url, listen=False, visibility=timedelta(milliseconds=600))
@@ -500,14 +501,7 @@ def test_a_hung_heartbeat_is_a_lost_lease_after_one_window(database_url, caplog)
     registry = _registry(database_url)
     seen: list[str] = []
 
-    @registry.job(name="hung", input=Item, idempotency_key=lambda i: i.key, tenant="none")
-    async def hung(ctx):
-        seen.append("started")
-        try:
-            await asyncio.sleep(30)
-        except asyncio.CancelledError:
-            seen.append("cancelled")
-            raise
+    hung = _body_that_notes_its_cancel(registry, "hung", seen)
 
     hung.enqueue({"key": "k"})
     worker = Worker(registry, database_url, listen=False, visibility=timedelta(milliseconds=600))
