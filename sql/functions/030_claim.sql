@@ -1,8 +1,9 @@
 -- 030_claim: hand waiting jobs to a worker under a lease, re-take the rows of dead workers, and
 -- bury the rows whose lease lapsed on their final attempt.
 --
--- Tables: jobs.jobs (update), jobs.queue_pauses (read). Locks: job rows only, each with
--- `for update skip locked`, so claimers never wait for one another.
+-- Tables: jobs.jobs (update), jobs.queue_pauses (read), jobs.counter_buckets (a burial counts).
+-- Locks: job rows only, each with `for update skip locked`, so claimers never wait for one
+-- another (and the claiming backend's own counter shard).
 
 create type jobs.claimed_job as (
   id uuid,
@@ -34,7 +35,8 @@ create type jobs.claimed_job as (
 -- the attempt must present. Also answers, with state 'dead' or 'failed', the rows it buried:
 -- running rows whose lease lapsed at attempt >= max_attempts, settled in this statement with
 -- last_error 'LEASE_LAPSED_FINAL_ATTEMPT' and never handed out. Never more claimed rows than
--- batch_size (the candidates are materialised before the update).
+-- batch_size (the candidates are materialised before the update). A burial counts as dead (or
+-- failed) in the counters, in the burying statement (since revision 0006).
 -- Raises X_JOB_CLAIM_QUEUES_EMPTY, X_ARGUMENT_INVALID. Locks: the rows it answers.
 -- Introduced in revision 0001.
 create function jobs.claim_v1(
@@ -97,20 +99,33 @@ begin
        order by j.lease_expires_at, j.id
        limit claim_v1.batch_size
          for update skip locked
+    ),
+    buried as (
+      update jobs.jobs j
+         set state = case when j.name = any(drop_exhausted) then 'failed' else 'dead' end,
+             last_error = 'LEASE_LAPSED_FINAL_ATTEMPT',
+             last_error_code = null,
+             last_error_stack = null,
+             lease_expires_at = null,
+             finished_at = v_now,
+             updated_at = v_now
+        from lapsed
+       where j.id = lapsed.id
+      returning j.id, j.run_id, j.name, j.queue, j.input, j.tenant_id, j.state, j.attempt,
+                j.max_attempts, j.claims, j.priority, j.run_at, j.created_at, j.lease_expires_at,
+                j.last_error, j.traceparent, j.enqueued_by, j.claimed_at
+    ),
+    -- a burial ends the row, so it counts where a settle would
+    counted as (
+      select jobs._count_settled(v_now, array_agg(b.name), array_agg(b.state),
+                                 array_agg(b.claimed_at))
+        from buried b
     )
-    update jobs.jobs j
-       set state = case when j.name = any(drop_exhausted) then 'failed' else 'dead' end,
-           last_error = 'LEASE_LAPSED_FINAL_ATTEMPT',
-           last_error_code = null,
-           last_error_stack = null,
-           lease_expires_at = null,
-           finished_at = v_now,
-           updated_at = v_now
-      from lapsed
-     where j.id = lapsed.id
-    returning j.id, j.run_id, j.name, j.queue, j.input, j.tenant_id, j.state, j.attempt,
-              j.max_attempts, j.claims, j.priority, j.run_at, j.created_at, j.lease_expires_at,
-              j.last_error, j.traceparent, j.enqueued_by;
+    select b.id, b.run_id, b.name, b.queue, b.input, b.tenant_id, b.state, b.attempt,
+           b.max_attempts, b.claims, b.priority, b.run_at, b.created_at, b.lease_expires_at,
+           b.last_error, b.traceparent, b.enqueued_by
+      from buried b
+     cross join counted;
 
   -- re-take: a dead worker's row with attempts left comes back as a new, counted attempt
   return query

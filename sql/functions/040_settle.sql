@@ -1,6 +1,8 @@
 -- 040_settle: end or renew an attempt: ack, nack, heartbeat and their batch forms.
 --
--- Tables: jobs.jobs (update). Locks: the settled row.
+-- Tables: jobs.jobs (update), jobs.counter_buckets (since revision 0006 every ack and counted
+-- nack adds to its job name's counters in the settling statement). Locks: the settled row, and
+-- the settling backend's own counter shard.
 -- Fence: every call matches only a row that is still 'running' under the caller's worker id AND
 -- claim token. 'running' lets a cancel stick (the cancelled body's ack matches nothing); the
 -- token stops a body whose lease lapsed from settling the attempt that replaced it, even one
@@ -44,18 +46,29 @@ set search_path = pg_catalog, pg_temp
 as $$
 declare
   v_now timestamptz := jobs._now();
+  v_landed bigint;
 begin
   perform jobs._check_fence('jobs.ack_v1', ack_v1.id, ack_v1.worker_id, ack_v1.claim);
-  update jobs.jobs j
-     set state = 'done',
-         lease_expires_at = null,
-         finished_at = v_now,
-         updated_at = v_now
-   where j.id = ack_v1.id
-     and j.state = 'running'
-     and j.claimed_by = ack_v1.worker_id
-     and j.claims = ack_v1.claim;
-  return found;
+  -- the counter moves in this statement, so it can never disagree with the rows
+  with settled as (
+    update jobs.jobs j
+       set state = 'done',
+           lease_expires_at = null,
+           finished_at = v_now,
+           updated_at = v_now
+     where j.id = ack_v1.id
+       and j.state = 'running'
+       and j.claimed_by = ack_v1.worker_id
+       and j.claims = ack_v1.claim
+    returning j.name, j.claimed_at
+  ),
+  counted as (
+    select jobs._count_settled(v_now, array_agg(s.name), array_agg('done'::text),
+                               array_agg(s.claimed_at))
+      from settled s
+  )
+  select count(*) into v_landed from settled, counted;
+  return v_landed > 0;
 end;
 $$;
 
@@ -98,10 +111,16 @@ begin
          and j.state = 'running'
          and j.claimed_by = ack_many_v1.worker_id
          and j.claims = r.claim
-      returning j.id, j.claims
+      returning j.id, j.claims, j.name, j.claimed_at
+    ),
+    counted as (
+      select jobs._count_settled(v_now, array_agg(s.name), array_agg('done'::text),
+                                 array_agg(s.claimed_at)) as rows
+        from settled s
     )
     select r.id, s.id is not null
       from requested r
+      cross join counted
       left join settled s on s.id = r.id and s.claims = r.claim
      order by r.ord;
 end;
@@ -135,6 +154,7 @@ set search_path = pg_catalog, pg_temp
 as $$
 declare
   v_now timestamptz := jobs._now();
+  v_landed bigint;
 begin
   perform jobs._check_fence('jobs.nack_v1', nack_v1.id, nack_v1.worker_id, nack_v1.claim);
   if next_state is null or next_state not in ('ready', 'suspended', 'dead', 'failed') then
@@ -150,32 +170,51 @@ begin
 
   -- the budget holds whatever the caller decided: a counted retry of the final attempt is the
   -- exhausted case, and it dead-letters rather than run past max_attempts
-  update jobs.jobs j
-     set state = case when nack_v1.next_state = 'ready' and nack_v1.counts_as_attempt
-                           and j.attempt >= j.max_attempts then 'dead'
-                      else nack_v1.next_state end,
-         run_at = case when nack_v1.next_state in ('ready', 'suspended')
-                       then v_now + nack_v1.delay
-                       else j.run_at end,
-         -- an uncounted attempt gives the claim's increment back, never below zero
-         attempt = case when nack_v1.counts_as_attempt then j.attempt
-                        else greatest(j.attempt - 1, 0) end,
-         last_error = case when nack_v1.error is null then j.last_error else nack_v1.error end,
-         last_error_code = case when nack_v1.error is null then j.last_error_code
-                                else nack_v1.error_code end,
-         last_error_stack = case when nack_v1.error is null then j.last_error_stack
-                                 else nack_v1.error_stack end,
-         lease_expires_at = null,
-         finished_at = case when nack_v1.next_state in ('dead', 'failed')
-                              or (nack_v1.next_state = 'ready' and nack_v1.counts_as_attempt
-                                  and j.attempt >= j.max_attempts)
-                            then v_now end,
-         updated_at = v_now
-   where j.id = nack_v1.id
-     and j.state = 'running'
-     and j.claimed_by = nack_v1.worker_id
-     and j.claims = nack_v1.claim;
-  return found;
+  with settled as (
+    update jobs.jobs j
+       set state = case when nack_v1.next_state = 'ready' and nack_v1.counts_as_attempt
+                             and j.attempt >= j.max_attempts then 'dead'
+                        else nack_v1.next_state end,
+           run_at = case when nack_v1.next_state in ('ready', 'suspended')
+                         then v_now + nack_v1.delay
+                         else j.run_at end,
+           -- an uncounted attempt gives the claim's increment back, never below zero
+           attempt = case when nack_v1.counts_as_attempt then j.attempt
+                          else greatest(j.attempt - 1, 0) end,
+           last_error = case when nack_v1.error is null then j.last_error else nack_v1.error end,
+           last_error_code = case when nack_v1.error is null then j.last_error_code
+                                  else nack_v1.error_code end,
+           last_error_stack = case when nack_v1.error is null then j.last_error_stack
+                                   else nack_v1.error_stack end,
+           lease_expires_at = null,
+           finished_at = case when nack_v1.next_state in ('dead', 'failed')
+                                or (nack_v1.next_state = 'ready' and nack_v1.counts_as_attempt
+                                    and j.attempt >= j.max_attempts)
+                              then v_now end,
+           updated_at = v_now
+     where j.id = nack_v1.id
+       and j.state = 'running'
+       and j.claimed_by = nack_v1.worker_id
+       and j.claims = nack_v1.claim
+    returning j.name, j.state, j.claimed_at
+  ),
+  -- what the attempt adds to the counters: a shed, a park and an interrupted attempt add nothing
+  outcome as (
+    select s.name, s.claimed_at,
+           case when s.state = 'dead' then 'dead'
+                when s.state = 'failed' then 'failed'
+                when s.state = 'ready' and nack_v1.counts_as_attempt then 'retried'
+           end as counted
+      from settled s
+  ),
+  counted as (
+    select jobs._count_settled(v_now, array_agg(o.name), array_agg(o.counted),
+                               array_agg(o.claimed_at))
+      from outcome o
+     where o.counted is not null
+  )
+  select count(*) into v_landed from settled, counted;
+  return v_landed > 0;
 end;
 $$;
 

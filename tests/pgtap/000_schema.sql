@@ -9,8 +9,9 @@ set local durajobs.now = '2026-01-01 00:00:00+00';
 select has_schema('jobs', 'schema jobs exists');
 -- the runner installs with alembic, whose version table lives in the schema too
 select tables_are('jobs', array['jobs', 'steps', 'queue_pauses', 'error_codes', 'outbox',
-                                'events', 'scheduler_tasks', 'scheduler_leases', 'alembic_version'],
-                  'schema jobs holds exactly jobs, steps, queue_pauses, error_codes, outbox and alembic_version');
+                                'events', 'scheduler_tasks', 'scheduler_leases', 'workers',
+                                'counter_buckets', 'alembic_version'],
+                  'schema jobs holds exactly the tables the functions need, and alembic_version');
 
 -- jobs.jobs: the columns every function reads, with their types
 select columns_are('jobs', 'jobs', array[
@@ -118,7 +119,8 @@ select col_is_unique('jobs', 'error_codes', 'sqlstate', 'no two codes share a sq
 -- the composite types the functions answer
 select types_are('jobs', array['enqueue_result', '_enqueue_request', 'claimed_job', 'settle_result',
                                'step_record', 'queue_stat', 'outbox_record', 'event_lookup',
-                               'task_state', 'job_summary', 'bulk_result'],
+                               'task_state', 'job_summary', 'bulk_result', 'counter_row',
+                               'queue_depth_row'],
                  'schema jobs declares the answer types');
 select has_composite('jobs', 'enqueue_result', 'jobs.enqueue_result exists');
 

@@ -4,7 +4,7 @@ begin;
 select plan(24);
 
 -- jobs.version: the installed schema version is 1
-select is(jobs.version(), 5, 'jobs.version() answers 5 (revision 0005)');
+select is(jobs.version(), 6, 'jobs.version() answers 6 (revision 0006)');
 
 -- jobs._now honours durajobs.now, and follows it when it changes mid-transaction
 set local durajobs.now = '2026-01-01 00:00:00+00';

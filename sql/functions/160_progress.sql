@@ -1,0 +1,49 @@
+-- 160_progress: how far a running attempt has got, as its body reports it.
+--
+-- Tables: jobs.jobs (update of progress). Locks: the reported row. Fenced like a heartbeat, so a
+-- body whose lease lapsed cannot report on the attempt that replaced it. The worker throttles the
+-- calls (at most one a second per run, plus the last before the settle).
+
+-- jobs.progress_v1: record a running attempt's progress.
+-- Arguments: id, worker_id, claim (the attempt's fence), done (at least 0), total (NULL when
+-- unknown; else at least 0), note (NULL, at most 1,000 characters).
+-- Writes progress = {"done", "total", "note", "at"} on the row. Answers whether it landed.
+-- Raises X_ARGUMENT_INVALID. Locks the row. Introduced in revision 0006.
+create function jobs.progress_v1(
+  id uuid,
+  worker_id text,
+  claim bigint,
+  done numeric,
+  total numeric default null,
+  note text default null
+)
+returns boolean
+language plpgsql
+volatile
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+  v_now timestamptz := jobs._now();
+begin
+  perform jobs._check_fence('jobs.progress_v1', progress_v1.id, progress_v1.worker_id,
+                            progress_v1.claim);
+  if done is null or done < 0 then
+    perform jobs._invalid('jobs.progress_v1', 'done', 'must be a number of at least 0');
+  end if;
+  if total < 0 then
+    perform jobs._invalid('jobs.progress_v1', 'total', 'must be NULL or a number of at least 0');
+  end if;
+  if length(note) > 1000 then
+    perform jobs._invalid('jobs.progress_v1', 'note', 'must be at most 1,000 characters');
+  end if;
+
+  update jobs.jobs j
+     set progress = jsonb_build_object('done', progress_v1.done, 'total', progress_v1.total,
+                                       'note', progress_v1.note, 'at', v_now)
+   where j.id = progress_v1.id
+     and j.state = 'running'
+     and j.claimed_by = progress_v1.worker_id
+     and j.claims = progress_v1.claim;
+  return found;
+end;
+$$;

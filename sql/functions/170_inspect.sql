@@ -1,0 +1,97 @@
+-- 170_inspect: one job in full, and the queue depth an autoscaler scales on.
+--
+-- Tables: jobs.jobs, jobs.steps, jobs.queue_pauses, jobs.workers (read). Locks nothing.
+
+-- jobs.inspect_job: everything stored about one job, as one JSON document.
+-- Arguments: id. Answers {"job": the row (every column, input and progress included),
+-- "steps": the run's step trace in the order the steps started, each {name, status, attempts,
+-- started_at, updated_at, finished_at, wake_at, duration_ms (NULL until it finished),
+-- output_bytes, error}, "queue_paused": whether its queue is paused}.
+-- Raises X_JOB_NOT_FOUND. Locks nothing. Introduced in revision 0006.
+create function jobs.inspect_job(id uuid)
+returns jsonb
+language plpgsql
+stable
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+  v_job jobs.jobs;
+begin
+  if id is null then
+    perform jobs._invalid('jobs.inspect_job', 'id', 'must be a job id');
+  end if;
+  select j.* into v_job from jobs.jobs j where j.id = inspect_job.id;
+  if not found then
+    perform jobs._raise('X_JOB_NOT_FOUND',
+                        format('jobs.inspect_job: no job has id %s', inspect_job.id),
+                        jsonb_build_object('function', 'jobs.inspect_job', 'id', inspect_job.id));
+  end if;
+
+  return jsonb_build_object(
+    'job', to_jsonb(v_job),
+    'steps', coalesce((
+      select jsonb_agg(jsonb_build_object(
+               'name', s.name,
+               'status', s.status,
+               'attempts', s.attempts,
+               'started_at', s.started_at,
+               'updated_at', s.updated_at,
+               'finished_at', s.finished_at,
+               'wake_at', s.wake_at,
+               'duration_ms', (extract(epoch from (s.finished_at - s.started_at)) * 1000)::bigint,
+               'output_bytes', octet_length(s.output::text),
+               'error', s.error)
+             order by s.started_at, s.name)
+        from jobs.steps s
+       where s.run_id = v_job.run_id), '[]'::jsonb),
+    'queue_paused', exists (select 1 from jobs.queue_pauses p where p.queue = v_job.queue));
+end;
+$$;
+
+create type jobs.queue_depth_row as (
+  queue text,
+  running bigint,
+  due bigint,
+  draining_held bigint,
+  depth bigint
+);
+
+-- jobs.queue_depth: the number an autoscaler scales workers on, per queue: the jobs running
+-- plus the jobs due now (ready, delayed or suspended with run_at <= now), minus the running jobs
+-- that draining workers hold (they come back as due work once handed back, and are not new
+-- demand). A paused queue is left out: more workers would not drain it.
+-- Arguments: queues (NULL: every queue holding live work). Answers one jobs.queue_depth_row per
+-- queue with live work, ordered by queue. Locks nothing. Introduced in revision 0006.
+create function jobs.queue_depth(queues text[] default null)
+returns setof jobs.queue_depth_row
+language sql
+stable
+set search_path = pg_catalog, pg_temp
+as $$
+  with live as (
+    select j.queue,
+           j.state,
+           j.run_at,
+           j.state = 'running'
+           and exists (select 1
+                         from jobs.workers w
+                        where w.id = j.claimed_by
+                          and w.draining_at is not null
+                          and w.expires_at > jobs._now()) as held_by_draining
+      from jobs.jobs j
+     where j.state in ('ready', 'delayed', 'suspended', 'running')
+       and (queue_depth.queues is null or j.queue = any(queue_depth.queues))
+       and not exists (select 1 from jobs.queue_pauses p where p.queue = j.queue)
+  ),
+  counted as (
+    select l.queue,
+           count(*) filter (where l.state = 'running') as running,
+           count(*) filter (where l.state <> 'running' and l.run_at <= jobs._now()) as due,
+           count(*) filter (where l.state = 'running' and l.held_by_draining) as draining_held
+      from live l
+     group by l.queue
+  )
+  select c.queue, c.running, c.due, c.draining_held, c.running + c.due - c.draining_held
+    from counted c
+   order by c.queue
+$$;
