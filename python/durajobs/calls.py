@@ -20,15 +20,19 @@ from durajobs.errors import ClaimQueuesEmpty
 from durajobs.records import (
     BulkResult,
     ClaimedJob,
+    CounterRow,
+    CounterTotal,
     EnqueueResult,
     EventLookup,
     JobSummary,
     OutboxRecord,
+    QueueDepth,
     QueueStat,
     Row,
     SettleResult,
     StepRecord,
     TaskState,
+    WorkerRecord,
 )
 from durajobs.states import HeartbeatAnswer, NackTarget, StepStatus, narrow
 
@@ -516,3 +520,89 @@ def promote_many(
     state: str, *, queue: str | None = None, name: str | None = None, tenant_id: str | None = None
 ) -> Call[BulkResult]:
     return _bulk("jobs.promote_many", state, queue, name, tenant_id)
+
+
+def progress(
+    id: UUID,
+    worker_id: str,
+    claim: int,
+    done: float,
+    total: float | None = None,
+    note: str | None = None,
+) -> Call[bool]:
+    arguments = {
+        "id": id,
+        "worker_id": worker_id,
+        "claim": claim,
+        "done": done,
+        "total": total,
+        "note": note,
+    }
+    return _call("jobs.progress_v1", "", arguments, _scalar, scalar=True)
+
+
+def inspect_job(id: UUID) -> Call[dict[str, Any]]:
+    return _call("jobs.inspect_job", "", {"id": id}, _scalar, scalar=True)
+
+
+def queue_depth(queues: Sequence[str] | None = None) -> Call[list[QueueDepth]]:
+    arguments = {"queues": None if queues is None else list(queues)}
+    return _call("jobs.queue_depth", QueueDepth.COLUMNS, arguments, _all(QueueDepth.from_row))
+
+
+def worker_announce(
+    worker_id: str,
+    *,
+    host: str,
+    pid: int,
+    queues: Sequence[str],
+    slots: int,
+    ttl: timedelta | None = None,
+) -> Call[None]:
+    arguments = {
+        "worker_id": worker_id,
+        "host": host,
+        "pid": pid,
+        "queues": list(queues),
+        "slots": slots,
+        "ttl": ttl,
+    }
+    return _call("jobs.worker_announce", "", arguments, lambda _rows: None, scalar=True)
+
+
+def worker_heartbeat(
+    worker_id: str, in_flight: Sequence[UUID], *, ttl: timedelta | None = None
+) -> Call[bool]:
+    arguments = {"worker_id": worker_id, "in_flight": list(in_flight), "ttl": ttl}
+    return _call("jobs.worker_heartbeat", "", arguments, _scalar, scalar=True)
+
+
+def worker_draining(worker_id: str) -> Call[bool]:
+    return _call("jobs.worker_draining", "", {"worker_id": worker_id}, _scalar, scalar=True)
+
+
+def worker_forget(worker_id: str) -> Call[bool]:
+    return _call("jobs.worker_forget", "", {"worker_id": worker_id}, _scalar, scalar=True)
+
+
+def workers_live() -> Call[list[WorkerRecord]]:
+    return _call("jobs.workers_live", WorkerRecord.COLUMNS, {}, _all(WorkerRecord.from_row))
+
+
+def counters(name: str | None = None, *, since: datetime | None = None) -> Call[list[CounterRow]]:
+    arguments = {"name": name, "since": since}
+    return _call("jobs.counters", CounterRow.COLUMNS, arguments, _all(CounterRow.from_row))
+
+
+def counter_totals(*, since: datetime | None = None) -> Call[list[CounterTotal]]:
+    arguments = {"since": since}
+    return _call(
+        "jobs.counter_totals", CounterTotal.COLUMNS, arguments, _all(CounterTotal.from_row)
+    )
+
+
+def rollup_counters() -> Call[dict[str, int]]:
+    def decode(rows: Sequence[Row]) -> dict[str, int]:
+        return {str(row[0]): int(row[1]) for row in rows}
+
+    return _call("jobs.rollup_counters", "tier, moved", {}, decode)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 from uuid import UUID
 
 import psycopg
@@ -16,8 +16,23 @@ import psycopg
 from durajobs import calls
 from durajobs.calls import Call
 from durajobs.errors import SchemaVersionMismatch, from_database_error
-from durajobs.records import ClaimedJob, EnqueueResult, QueueStat, SettleResult, StepRecord
+from durajobs.inspection import JobDetail, job_detail
+from durajobs.records import (
+    ClaimedJob,
+    CounterRow,
+    CounterTotal,
+    EnqueueResult,
+    JobSummary,
+    QueueDepth,
+    QueueStat,
+    SettleResult,
+    StepRecord,
+    WorkerRecord,
+)
 from durajobs.states import HeartbeatAnswer, NackTarget, StepStatus
+
+if TYPE_CHECKING:
+    from durajobs.declarations import Registry
 
 T = TypeVar("T")
 
@@ -226,3 +241,28 @@ class Client:
 
     def requeue(self, id: UUID, *, from_step: str | None = None) -> bool:
         return self.run(calls.requeue(id, from_step=from_step))
+
+    def list_jobs(self, **filters: Any) -> list[JobSummary]:
+        """One page of jobs, newest first (see jobs.list_jobs for the filters and cursors)."""
+        return self.run(calls.list_jobs(**filters))
+
+    def inspect_job(self, id: UUID, *, registry: Registry | None = None) -> JobDetail:
+        """The row, its step trace and, given the declaring registry, the retries ahead."""
+        return job_detail(self.run(calls.inspect_job(id)), registry)
+
+    def queue_depth(self, queues: Sequence[str] | None = None) -> list[QueueDepth]:
+        return self.run(calls.queue_depth(queues))
+
+    def workers(self) -> list[WorkerRecord]:
+        return self.run(calls.workers_live())
+
+    def counters(
+        self, name: str | None = None, *, since: datetime | None = None
+    ) -> list[CounterRow]:
+        return self.run(calls.counters(name, since=since))
+
+    def counter_totals(self, *, since: datetime | None = None) -> list[CounterTotal]:
+        return self.run(calls.counter_totals(since=since))
+
+    def rollup_counters(self) -> dict[str, int]:
+        return self.run(calls.rollup_counters())

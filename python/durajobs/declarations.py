@@ -32,6 +32,7 @@ from durajobs.records import EnqueueResult
 from durajobs.retry import RetryPolicy
 from durajobs.schedule import DEFAULT_MAX_CATCH_UP, CatchUp, Entries, Task, declare_task
 from durajobs.steps import DEFAULT_EVENT_POLL
+from durajobs.tracing import current_traceparent
 from durajobs.transactions import async_connection, current_transaction, is_async, sync_connection
 
 I = TypeVar("I", bound=BaseModel)  # noqa: E741 - the input model, as in Job[I]
@@ -180,6 +181,7 @@ class Job(Generic[I]):
                 priority=priority,
                 run_id=run_id,
                 enqueued_by=enqueued_by,
+                traceparent=current_traceparent(),
             )
         return calls.enqueue(
             self.name,
@@ -193,6 +195,7 @@ class Job(Generic[I]):
             run_id=run_id,
             on_conflict=on_conflict,
             enqueued_by=enqueued_by,
+            traceparent=current_traceparent(),
         )
 
     def enqueue(

@@ -9,6 +9,7 @@ logged and the lease brings the job back; it is never mistaken for a job failure
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import inspect
 import logging
 import time
@@ -35,6 +36,7 @@ from durajobs.errors import (
     JobRowStatusUnknown,
     JobTimeout,
 )
+from durajobs.progress import ProgressReporter, checked
 from durajobs.records import ClaimedJob, EventLookup, StepRecord
 from durajobs.retry import ErrorClass, classify
 from durajobs.signals import CancelSignal
@@ -87,6 +89,17 @@ class _Context(Generic[I]):
     tenant_id: str | None
     enqueued_by: str | None
     signal: CancelSignal
+    reporter: ProgressReporter | None = field(default=None, kw_only=True, repr=False)
+
+    def progress(self, done: float, total: float | None = None, note: str | None = None) -> None:
+        """Report how far the run has got; written at most once a second, and before the settle.
+
+        Never blocks and never fails the job over a write; a bad value raises ArgumentInvalid.
+        """
+        if self.reporter is None:
+            checked(done, total, note)  # a body driven by hand still learns of a bad value
+            return
+        self.reporter.report(done, total, note)
 
     @property
     def final_attempt(self) -> bool:
@@ -191,7 +204,8 @@ async def execute(
     """
     started = time.monotonic()
     job = registry.get(claimed.name)
-    settler = _Settler(db, lease, claimed, worker_id)
+    reporter = ProgressReporter(db, claimed, worker_id, asyncio.get_running_loop())
+    settler = _Settler(db, lease, claimed, worker_id, reporter)
 
     def finish(outcome: Outcome, **fields: Any) -> JobExecution:
         return JobExecution(
@@ -265,6 +279,7 @@ async def execute(
             "tenant_id": claimed.tenant_id,
             "enqueued_by": claimed.enqueued_by,
             "signal": signal,
+            "reporter": reporter,
         }
         context: JobContext[Any] | SyncJobContext[Any] = (
             JobContext(**fields, step=AsyncSteps(book))
@@ -307,6 +322,8 @@ async def execute(
         )
         log.info("jobs.attempt.interrupted", extra={"job": claimed.name, "id": str(claimed.id)})
         return finish(Outcome.INTERRUPTED if landed else Outcome.UNOWNED, **execution_fields)
+    if isinstance(reason, JobCancelled | JobLeaseLost):
+        reporter.close()  # the attempt no longer owns the row: nothing more to report
     if isinstance(reason, JobCancelled):
         lease.stop()
         log.info("jobs.attempt.cancelled", extra={"job": claimed.name, "id": str(claimed.id)})
@@ -371,7 +388,9 @@ async def _run_body(
         task = asyncio.ensure_future(job.handler(context))
         signal.on_cancel(lambda _reason: loop.call_soon_threadsafe(task.cancel))
     else:
-        task = asyncio.ensure_future(loop.run_in_executor(executor, job.handler, context))
+        # the thread runs in a copy of this context, so the attempt's span is its parent too
+        body = contextvars.copy_context().run
+        task = asyncio.ensure_future(loop.run_in_executor(executor, body, job.handler, context))
     stopped: asyncio.Future[None] = loop.create_future()
     signal.on_cancel(lambda _reason: loop.call_soon_threadsafe(_resolve, stopped))
     await asyncio.wait({task, stopped}, return_when=asyncio.FIRST_COMPLETED)
@@ -506,8 +525,11 @@ class _Settler:
     lease: Lease
     claimed: ClaimedJob
     worker_id: str
+    progress: ProgressReporter | None = None
 
     async def ack(self) -> bool:
+        if self.progress is not None:
+            await self.progress.flush()  # the last report lands before the row leaves running
         return await _settle(
             self.db,
             self.lease,
@@ -516,6 +538,8 @@ class _Settler:
         )
 
     async def nack(self, **options: Any) -> bool:
+        if self.progress is not None:
+            await self.progress.flush()
         call = calls.nack(self.claimed.id, self.worker_id, self.claimed.claim, **options)
         return await _settle(self.db, self.lease, call, self.claimed)
 

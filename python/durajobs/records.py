@@ -239,3 +239,84 @@ class BulkResult:
     @classmethod
     def from_row(cls, row: Row) -> BulkResult:
         return cls(*row)
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerRecord:
+    """One live worker of jobs.workers_live."""
+
+    id: str
+    host: str
+    pid: int
+    queues: list[str]
+    slots: int
+    in_flight: list[UUID]
+    in_flight_count: int
+    started_at: datetime
+    heartbeat_at: datetime
+    expires_at: datetime
+    draining_at: datetime | None
+
+    COLUMNS = (
+        "id, host, pid, queues, slots, in_flight, in_flight_count, started_at, heartbeat_at, "
+        "expires_at, draining_at"
+    )
+
+    @classmethod
+    def from_row(cls, row: Row) -> WorkerRecord:
+        return cls(*row)
+
+
+@dataclass(frozen=True, slots=True)
+class QueueDepth:
+    """The autoscaler's number for one queue: running + due - held by draining workers."""
+
+    queue: str
+    running: int
+    due: int
+    draining_held: int
+    depth: int
+
+    COLUMNS = "queue, running, due, draining_held, depth"
+
+    @classmethod
+    def from_row(cls, row: Row) -> QueueDepth:
+        return cls(*row)
+
+
+@dataclass(frozen=True, slots=True)
+class CounterRow:
+    """One bucket of one job name's counters (shards summed)."""
+
+    name: str
+    tier: str
+    bucket: datetime
+    done: int
+    retried: int
+    failed: int
+    dead: int
+    duration_ms: int
+
+    COLUMNS = "name, tier, bucket, done, retried, failed, dead, duration_ms"
+
+    @classmethod
+    def from_row(cls, row: Row) -> CounterRow:
+        return cls(*row)
+
+
+@dataclass(frozen=True, slots=True)
+class CounterTotal:
+    """One job name's counters summed over a time range."""
+
+    name: str
+    done: int
+    retried: int
+    failed: int
+    dead: int
+    duration_ms: int
+
+    COLUMNS = "name, done, retried, failed, dead, duration_ms"
+
+    @classmethod
+    def from_row(cls, row: Row) -> CounterTotal:
+        return cls(*row)

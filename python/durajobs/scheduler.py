@@ -36,6 +36,13 @@ Clock = Callable[[], datetime]
 Maintenance = Callable[[AsyncDatabase], Awaitable[None]]
 
 
+async def rollup_counters(db: AsyncDatabase) -> None:
+    """Fold the per-name counters into their tiers (jobs.rollup_counters)."""
+    moved = await db.run(calls.rollup_counters())
+    if any(moved.values()):
+        log.info("jobs.counters.rolled-up", extra={"moved": moved})
+
+
 def utc_now() -> datetime:
     return datetime.now(UTC)
 
@@ -60,7 +67,8 @@ class Scheduler:
         self.renew_every = parse_duration(renew_every, field="renew_every")
         self.ttl = self.renew_every * 3
         self.clock = clock
-        self.maintenance = list(maintenance or [])
+        # the counters' rollup is the leader's own chore: once a minute, idempotent
+        self.maintenance = [rollup_counters, *(maintenance or [])]
         self.db = AsyncDatabase(database_url, max_size=2)
         self.leading = False
         self._lease_until = datetime.min.replace(tzinfo=UTC)

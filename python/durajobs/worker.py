@@ -30,8 +30,11 @@ from durajobs.durations import Duration, parse_duration
 from durajobs.errors import ConfigInvalid, Draining
 from durajobs.execution import JobExecution, Outcome, execute, notify_settled
 from durajobs.lease import LeaseKeeper
+from durajobs.metrics import WorkerMetrics
 from durajobs.records import ClaimedJob
+from durajobs.registration import WorkerRegistration
 from durajobs.signals import CancelSignal
+from durajobs.tracing import job_span
 from durajobs.wake import QueueWake
 
 log = logging.getLogger(__name__)
@@ -81,6 +84,8 @@ class Worker:
         poll_floor: Duration = POLL_FLOOR,
         idle_ceiling: Duration = IDLE_CEILING,
         woken_idle_ceiling: Duration = WOKEN_IDLE_CEILING,
+        metrics_port: int | None = None,
+        metrics_host: str = "0.0.0.0",
     ) -> None:
         self.registry = registry
         self.queues = list(queues or registry.queues())
@@ -127,9 +132,26 @@ class Worker:
         self.keep_executions = False
         self._executor: ThreadPoolExecutor | None = None
         self._chores: set[asyncio.Task[None]] = set()
+        self._registered = False
         self.idle_waits: list[
             float
         ] = []  # the idle backoff as it happened, for operators and tests
+        self.registration = WorkerRegistration(
+            self.db,
+            self.worker_id,
+            queues=self.queues,
+            slots=self.capacity,
+            ttl=self.visibility,
+            in_flight=lambda: list(self._running),
+        )
+        self.metrics = WorkerMetrics(
+            database_url,
+            self.queues,
+            in_flight=lambda: len(self._running),
+            capacity=lambda: self.capacity,
+        )
+        self._metrics_port = metrics_port
+        self._metrics_host = metrics_host
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -160,6 +182,8 @@ class Worker:
             return
         self._draining = True
         self._accepting = False
+        if self._registered:
+            self._background(self.registration.mark_draining())
         log.info(
             "jobs.worker.draining", extra={"worker": self.worker_id, "held": len(self._running)}
         )
@@ -188,6 +212,10 @@ class Worker:
                 loop.add_signal_handler(number, self.drain)
         try:
             await self.db.open()
+            if self._metrics_port is not None:
+                self.metrics.serve(self._metrics_port, self._metrics_host)
+            await self.registration.start()
+            self._registered = True
             for queue in self.queues:
                 if queue not in self.registry.queues():
                     log.info("jobs.worker.queue-unregistered", extra={"queue": queue})
@@ -207,6 +235,10 @@ class Worker:
         finally:
             if self._wake is not None:
                 await self._wake.stop()
+            if self._registered:
+                await self.registration.stop()
+                self._registered = False
+            self.metrics.close()
             await self.db.close()
             if install_signal_handlers:
                 for number in (signals.SIGTERM, signals.SIGINT):
@@ -333,6 +365,7 @@ class Worker:
             position = self.queues.index(row.queue) if row.queue in self.queues else -1
             self._rotation = (position + 1) % len(self.queues)
         for row in (row for row in rows if row.buried):
+            self.metrics.observe(row.queue, "dead-lettered" if row.state == "dead" else "dropped")
             self._background(self._announce_exhausted(row))
         return started
 
@@ -383,17 +416,19 @@ class Worker:
         keeper.start()
         lingering: list[asyncio.Future[Any]] = []
         try:
-            execution = await execute(
-                row,
-                self.registry,
-                db=self.db,
-                worker_id=self.worker_id,
-                signal=signal,
-                lease=keeper,
-                executor=self._executor,
-                on_lingering=lingering.append,
-            )
+            with job_span(row):
+                execution = await execute(
+                    row,
+                    self.registry,
+                    db=self.db,
+                    worker_id=self.worker_id,
+                    signal=signal,
+                    lease=keeper,
+                    executor=self._executor,
+                    on_lingering=lingering.append,
+                )
             self._outcomes[execution.outcome] += 1
+            self.metrics.observe(row.queue, execution.outcome)
             if self.keep_executions:
                 self.executions.append(execution)
             if execution.resume_at is not None:

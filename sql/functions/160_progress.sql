@@ -6,7 +6,7 @@
 
 -- jobs.progress_v1: record a running attempt's progress.
 -- Arguments: id, worker_id, claim (the attempt's fence), done (at least 0), total (NULL when
--- unknown; else at least 0), note (NULL, at most 1,000 characters).
+-- unknown; else at least 0), both finite, note (NULL, at most 1,000 characters).
 -- Writes progress = {"done", "total", "note", "at"} on the row. Answers whether it landed.
 -- Raises X_ARGUMENT_INVALID. Locks the row. Introduced in revision 0006.
 create function jobs.progress_v1(
@@ -27,11 +27,13 @@ declare
 begin
   perform jobs._check_fence('jobs.progress_v1', progress_v1.id, progress_v1.worker_id,
                             progress_v1.claim);
-  if done is null or done < 0 then
-    perform jobs._invalid('jobs.progress_v1', 'done', 'must be a number of at least 0');
+  -- numeric has NaN and Infinity, which compare above every number: refuse them by name
+  if done is null or done < 0 or done in ('NaN', 'Infinity') then
+    perform jobs._invalid('jobs.progress_v1', 'done', 'must be a finite number of at least 0');
   end if;
-  if total < 0 then
-    perform jobs._invalid('jobs.progress_v1', 'total', 'must be NULL or a number of at least 0');
+  if total < 0 or total in ('NaN', 'Infinity') then
+    perform jobs._invalid('jobs.progress_v1', 'total',
+                          'must be NULL or a finite number of at least 0');
   end if;
   if length(note) > 1000 then
     perform jobs._invalid('jobs.progress_v1', 'note', 'must be at most 1,000 characters');

@@ -1,0 +1,63 @@
+"""OpenTelemetry, when it is installed: an enqueue stamps the current trace context on the row
+(its W3C `traceparent`), and the worker runs each attempt in a span that is that context's
+child, so the request that enqueued and the job that ran later read as one trace.
+
+Optional: without `opentelemetry-api` (pip install 'durajobs[otel]') both ends do nothing, and
+with the API but no SDK configured the context is empty, so nothing is stamped either.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from types import ModuleType
+from typing import Any
+
+from durajobs.records import ClaimedJob
+
+
+def _load() -> tuple[ModuleType, ModuleType] | None:
+    try:
+        from opentelemetry import propagate, trace
+    except ImportError:
+        return None
+    return propagate, trace
+
+
+_OTEL = _load()
+
+
+def current_traceparent() -> str | None:
+    """The active span's traceparent, or None (no OpenTelemetry, or no span)."""
+    if _OTEL is None:
+        return None
+    propagate, _trace = _OTEL
+    carrier: dict[str, str] = {}
+    propagate.inject(carrier)
+    return carrier.get("traceparent")
+
+
+@contextmanager
+def job_span(claimed: ClaimedJob) -> Iterator[Any]:
+    """Run an attempt inside a span whose parent is the enqueuer's (when one was stamped)."""
+    if _OTEL is None:
+        yield None
+        return
+    propagate, trace = _OTEL
+    parent = (
+        propagate.extract({"traceparent": claimed.traceparent}) if claimed.traceparent else None
+    )
+    tracer = trace.get_tracer("durajobs")
+    attributes = {
+        "durajobs.job": claimed.name,
+        "durajobs.job_id": str(claimed.id),
+        "durajobs.queue": claimed.queue,
+        "durajobs.attempt": claimed.attempt,
+    }
+    with tracer.start_as_current_span(
+        f"job {claimed.name}",
+        context=parent,
+        kind=trace.SpanKind.CONSUMER,
+        attributes=attributes,
+    ) as span:
+        yield span
