@@ -124,6 +124,8 @@ def _cmd_worker(args: argparse.Namespace) -> int:
         max_in_flight=args.max_in_flight,
         visibility=args.visibility,
         drain_deadline=args.drain_deadline,
+        metrics_port=args.metrics_port,
+        metrics_host=args.metrics_host,
     )
 
     async def run() -> None:
@@ -232,6 +234,12 @@ def _parser() -> argparse.ArgumentParser:
     worker_command.add_argument(
         "--with-scheduler", action="store_true", help="also run the cron scheduler in this process"
     )
+    worker_command.add_argument(
+        "--metrics-port", type=int, help="serve Prometheus metrics on this port (default: off)"
+    )
+    worker_command.add_argument(
+        "--metrics-host", default="0.0.0.0", help="address the metrics server binds (0.0.0.0)"
+    )
     worker_command.set_defaults(run=_cmd_worker)
 
     scheduler_command = with_database(commands.add_parser("scheduler", help="run the scheduler"))
@@ -248,6 +256,10 @@ def _parser() -> argparse.ArgumentParser:
     demo_command = with_database(commands.add_parser("demo", help="run the demo"))
     demo_command.add_argument("--users", type=int, default=40, help="sign-ups to process (40)")
     demo_command.set_defaults(run=_cmd_demo)
+
+    from durajobs.operator_cli import add_operator_commands
+
+    add_operator_commands(commands, with_database, _database_url, _load_registry)
     return parser
 
 

@@ -277,3 +277,41 @@ def test_a_worker_with_the_scheduler_runs_what_it_fires(database_url):
     finally:
         output = _stop(worker)
     assert worker.returncode == 0, output
+
+
+def _live_workers(database_url: str) -> list[tuple[str, int]]:
+    with psycopg.connect(database_url, autocommit=True) as connection:
+        return connection.execute("select id, pid from jobs.workers_live()").fetchall()
+
+
+def test_a_killed_worker_leaves_the_registry_one_visibility_after_its_last_heartbeat(
+    database_url,
+):
+    process = _worker(database_url)  # --visibility 1: the row's TTL is one second
+    try:
+        _wait_for(lambda: bool(_live_workers(database_url)), timeout=30, what="the registry row")
+        [(worker_id, pid)] = _live_workers(database_url)
+        assert pid == process.pid
+        process.kill()  # SIGKILL: nothing forgets the row
+        process.wait(timeout=10)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    (expires_at,) = _one(
+        database_url, "select expires_at from jobs.workers where id = %s", [worker_id]
+    )
+    assert expires_at is not None, "the killed worker's row is still stored"
+    _wait_for(
+        lambda: _live_workers(database_url) == [],
+        timeout=10,
+        what="the dead worker's row to expire",
+    )
+    listed_until = _one(database_url, "select now() >= %s", [expires_at])
+    assert listed_until == (True,), "the row left the listing before its expiry"
+
+
+def test_a_worker_that_stops_forgets_its_row_at_once(database_url):
+    process = _worker(database_url)
+    _wait_for(lambda: bool(_live_workers(database_url)), timeout=30, what="the registry row")
+    _stop(process)
+    assert _one(database_url, "select count(*) from jobs.workers") == (0,)
