@@ -34,7 +34,6 @@ OUTCOME_LABELS = {
     "completed": "ok",
     "retried": "failed",
     "dropped": "failed",
-    "refused": "failed",
     "dead-lettered": "dead",
 }
 
