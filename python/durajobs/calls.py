@@ -165,7 +165,7 @@ def claim(
         "visibility": visibility,
         "drop_exhausted": None if drop_exhausted is None else list(drop_exhausted),
     }
-    return _call("jobs.claim_v1", ClaimedJob.COLUMNS, arguments, _all(ClaimedJob.from_row))
+    return _call("jobs.claim_v2", ClaimedJob.COLUMNS, arguments, _all(ClaimedJob.from_row))
 
 
 def ack(id: UUID, worker_id: str, claim: int) -> Call[bool]:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+import weakref
 from typing import Any, TypeVar
 
 import psycopg
@@ -12,6 +14,10 @@ from durajobs.client import check_schema_async, execute_async
 
 T = TypeVar("T")
 
+# a connection back in the pool for less than this is trusted without a round trip: under load
+# the check would double every call, and a connection that just worked rarely broke since
+CHECK_AFTER_IDLE_SECONDS = 2.0
+
 
 class AsyncDatabase:
     """Run calls on pooled autocommit connections: each call is its own short transaction."""
@@ -19,6 +25,9 @@ class AsyncDatabase:
     def __init__(self, database_url: str, *, min_size: int = 1, max_size: int = 10) -> None:
         self.database_url = database_url
         self._sizes = (min_size, max_size)
+        self._returned: weakref.WeakKeyDictionary[psycopg.AsyncConnection[Any], float] = (
+            weakref.WeakKeyDictionary()
+        )
         self.pool = self._new_pool()
 
     def _new_pool(self) -> AsyncConnectionPool[psycopg.AsyncConnection[Any]]:
@@ -28,9 +37,19 @@ class AsyncDatabase:
             max_size=self._sizes[1],
             kwargs={"autocommit": True},
             # a connection a Postgres restart broke is replaced before use, not failed on an ack
-            check=AsyncConnectionPool.check_connection,
+            check=self._check_if_idle,
+            reset=self._stamp_returned,
             open=False,
         )
+
+    async def _stamp_returned(self, connection: psycopg.AsyncConnection[Any]) -> None:
+        self._returned[connection] = time.monotonic()
+
+    async def _check_if_idle(self, connection: psycopg.AsyncConnection[Any]) -> None:
+        returned = self._returned.get(connection)
+        if returned is not None and time.monotonic() - returned < CHECK_AFTER_IDLE_SECONDS:
+            return
+        await AsyncConnectionPool.check_connection(connection)
 
     async def open(self) -> None:
         """Open the pool (a fresh one after a close) and check the schema version."""

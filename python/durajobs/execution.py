@@ -14,7 +14,7 @@ import inspect
 import logging
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -25,6 +25,7 @@ from uuid import UUID
 from pydantic import BaseModel
 
 from durajobs import calls
+from durajobs.acks import AckBatcher
 from durajobs.declarations import Job, Registry, Settled
 from durajobs.durations import DeclarationInvalid
 from durajobs.errors import (
@@ -197,6 +198,7 @@ async def execute(
     on_abandoned: Callable[[JobExecution], None] | None = None,
     executor: Executor | None = None,
     on_lingering: Callable[[asyncio.Future[Any]], None] | None = None,
+    acks: AckBatcher | None = None,
 ) -> JobExecution:
     """Run one claimed attempt and settle it; never raises for anything the job did.
 
@@ -205,7 +207,7 @@ async def execute(
     started = time.monotonic()
     job = registry.get(claimed.name)
     reporter = ProgressReporter(db, claimed, worker_id, asyncio.get_running_loop())
-    settler = _Settler(db, lease, claimed, worker_id, reporter)
+    settler = _Settler(db, lease, claimed, worker_id, reporter, acks)
 
     def finish(outcome: Outcome, **fields: Any) -> JobExecution:
         return JobExecution(
@@ -229,7 +231,9 @@ async def execute(
         return finish(Outcome.PARKED, error=park_reason)
 
     try:
-        records = {r.name: r for r in await db.run(calls.steps(claimed.run_id))}
+        # the claim said whether the run has a history: most first attempts skip the read
+        history = await db.run(calls.steps(claimed.run_id)) if claimed.has_steps else []
+        records = {r.name: r for r in history}
     except JobRowStatusUnknown as unknown:
         # written by a newer deploy: hand the run on, uncounted, rather than re-run a step
         await settler.nack(
@@ -526,16 +530,20 @@ class _Settler:
     claimed: ClaimedJob
     worker_id: str
     progress: ProgressReporter | None = None
+    acks: AckBatcher | None = None
 
     async def ack(self) -> bool:
         if self.progress is not None:
             await self.progress.flush()  # the last report lands before the row leaves running
-        return await _settle(
-            self.db,
-            self.lease,
-            calls.ack(self.claimed.id, self.worker_id, self.claimed.claim),
-            self.claimed,
-        )
+        call = calls.ack(self.claimed.id, self.worker_id, self.claimed.claim)
+        if self.acks is not None:
+            batcher = self.acks
+
+            async def batched() -> bool:
+                return await batcher.ack(self.claimed.id, self.claimed.claim)
+
+            return await _settle(self.db, self.lease, call, self.claimed, send=batched)
+        return await _settle(self.db, self.lease, call, self.claimed)
 
     async def nack(self, **options: Any) -> bool:
         if self.progress is not None:
@@ -544,11 +552,21 @@ class _Settler:
         return await _settle(self.db, self.lease, call, self.claimed)
 
 
-async def _settle(db: Database, lease: Lease, call: calls.Call[bool], claimed: ClaimedJob) -> bool:
-    """Send the one settle of this attempt; a miss or a failure is logged, never raised."""
+async def _settle(
+    db: Database,
+    lease: Lease,
+    call: calls.Call[bool],
+    claimed: ClaimedJob,
+    *,
+    send: Callable[[], Awaitable[bool]] | None = None,
+) -> bool:
+    """Send the one settle of this attempt; a miss or a failure is logged, never raised.
+
+    `send` replaces running `call` alone (the worker's batched acks).
+    """
     lease.stop()
     try:
-        landed = await db.run(call)
+        landed = await (send() if send is not None else db.run(call))
     except Exception as failure:
         log.error(
             "jobs.settle.failed",

@@ -27,7 +27,7 @@ class EnqueueResult:
 
 @dataclass(frozen=True, slots=True)
 class ClaimedJob:
-    """A row jobs.claim_v1 answered: claimed ('running') or buried ('dead' or 'failed')."""
+    """A row jobs.claim_v2 answered: claimed ('running') or buried ('dead' or 'failed')."""
 
     id: UUID
     run_id: UUID
@@ -46,10 +46,13 @@ class ClaimedJob:
     last_error: str | None
     traceparent: str | None
     enqueued_by: str | None
+    # whether the run has stored steps (jobs.claim_v2); unknown (True) from jobs.claim_v1
+    has_steps: bool = True
 
     COLUMNS = (
         "id, run_id, name, queue, input, tenant_id, state, attempt, max_attempts, claim, "
-        "priority, run_at, created_at, lease_expires_at, last_error, traceparent, enqueued_by"
+        "priority, run_at, created_at, lease_expires_at, last_error, traceparent, enqueued_by, "
+        "has_steps"
     )
 
     @property
@@ -81,6 +84,7 @@ class ClaimedJob:
             last_error=row[14],
             traceparent=row[15],
             enqueued_by=row[16],
+            has_steps=row[17] if len(row) > 17 else True,
         )
 
 

@@ -24,6 +24,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from durajobs import calls
+from durajobs.acks import AckBatcher
 from durajobs.database import AsyncDatabase
 from durajobs.declarations import Registry, Settled
 from durajobs.durations import Duration, parse_duration
@@ -150,6 +151,7 @@ class Worker:
             in_flight=lambda: len(self._running),
             capacity=lambda: self.capacity,
         )
+        self._acks = AckBatcher(self.db, self.worker_id)
         self._metrics_port = metrics_port
         self._metrics_host = metrics_host
 
@@ -426,6 +428,7 @@ class Worker:
                     lease=keeper,
                     executor=self._executor,
                     on_lingering=lingering.append,
+                    acks=self._acks,
                 )
             self._outcomes[execution.outcome] += 1
             self.metrics.observe(row.queue, execution.outcome)

@@ -199,3 +199,45 @@ begin
      order by c.priority, c.run_at, c.id;
 end;
 $$;
+
+-- jobs.claim_v2: jobs.claim_v1, and for each row whether its run has stored steps, so a worker
+-- reads the step history only of runs that have one (most first attempts have none).
+-- Arguments, order, answers and errors: those of jobs.claim_v1, plus has_steps.
+-- Locks: those of jobs.claim_v1. Introduced in revision 0006.
+create function jobs.claim_v2(
+  queues text[],
+  worker_id text,
+  batch_size integer default 1,
+  visibility interval default interval '30 seconds',
+  drop_exhausted text[] default '{}'
+)
+returns table (
+  id uuid,
+  run_id uuid,
+  name text,
+  queue text,
+  input jsonb,
+  tenant_id text,
+  state text,
+  attempt integer,
+  max_attempts integer,
+  claim bigint,
+  priority integer,
+  run_at timestamptz,
+  created_at timestamptz,
+  lease_expires_at timestamptz,
+  last_error text,
+  traceparent text,
+  enqueued_by text,
+  has_steps boolean
+)
+language sql
+volatile
+set search_path = pg_catalog, pg_temp
+as $$
+  select c.id, c.run_id, c.name, c.queue, c.input, c.tenant_id, c.state, c.attempt,
+         c.max_attempts, c.claim, c.priority, c.run_at, c.created_at, c.lease_expires_at,
+         c.last_error, c.traceparent, c.enqueued_by,
+         exists (select 1 from jobs.steps s where s.run_id = c.run_id)
+    from jobs.claim_v1(queues, worker_id, batch_size, visibility, drop_exhausted) c
+$$;

@@ -2,7 +2,7 @@
 -- the lease and claim token, re-taking a dead worker's rows, and burying exhausted ones (R40).
 begin;
 \ir fixtures/factory.sql
-select plan(74);
+select plan(77);
 
 set local durajobs.now = '2026-01-01 00:00:00+00';
 
@@ -266,6 +266,25 @@ select throws_ok($$select * from jobs.claim_v1(queues => array['  '], worker_id 
                  'JQ001', null, 'a whitespace-only queue name raises JQ001');
 select throws_ok($$select * from jobs.claim_v1(queues => array['default'], worker_id => '   ')$$,
                  'JQ001', null, 'a whitespace-only worker_id raises JQ001');
+
+-- claim_v2: claim_v1's rows and whether each run has stored steps
+select jobs_test.enqueue(name => 'v2-fresh', queue => 'q-v2') as v2_fresh \gset
+select results_eq(
+  $$select name, state, has_steps
+      from jobs.claim_v2(queues => array['q-v2'], worker_id => 'w1')$$,
+  $$values ('v2-fresh', 'running', false)$$,
+  'claim_v2 answers a first attempt with has_steps false');
+select jobs_test.enqueue(name => 'v2-stepped', queue => 'q-v2s') as v2_stepped \gset
+select * from jobs_test.claim_one(queue => 'q-v2s') \gset v2s_
+select jobs_test.record_step(:'v2_stepped', :v2s_claim) \g /dev/null
+select jobs_test.lapse(:'v2_stepped') \g /dev/null
+select results_eq(
+  $$select id, has_steps, claim
+      from jobs.claim_v2(queues => array['q-v2s'], worker_id => 'w2')$$,
+  format($$values (%L::uuid, true, %s::bigint)$$, :'v2_stepped', :v2s_claim + 1),
+  'claim_v2 answers a re-taken run that stored a step with has_steps true and a new claim');
+select throws_ok($$select * from jobs.claim_v2(queues => array[]::text[], worker_id => 'w')$$,
+                 'JQ006', null, 'claim_v2 refuses an empty queue list as claim_v1 does');
 
 select * from finish();
 rollback;

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 from dataclasses import dataclass
 from datetime import timedelta
@@ -466,6 +467,7 @@ def test_a_history_that_cannot_be_read_hands_the_run_back_uncounted(database_url
     async def scenario():
         async with AsyncDatabase(database_url) as db:
             (claimed,) = await db.run(calls.claim(["default"], "w"))
+            claimed = dataclasses.replace(claimed, has_steps=True)  # as if it had a history
             real_run = db.run
 
             async def broken_history(call):
@@ -501,3 +503,45 @@ def test_a_translated_error_keeps_the_driver_error_as_its_cause(client):
         client.enqueue("n", {}, "k", max_attempts=0)
     assert isinstance(raised.value.__cause__, psycopg.Error)
     assert raised.value.__cause__.sqlstate == "JQ001"
+
+
+def test_a_first_attempt_without_steps_reads_no_history_and_a_resumed_run_does(database_url):
+    """claim_v2 tells whether the run has stored steps: the read is skipped only when empty."""
+    registry = durajobs.Registry(database_url=database_url)
+    ran: list[int] = []
+
+    @registry.job(name="stepper", input=Item, idempotency_key=lambda i: i.key, tenant="none")
+    async def stepper(ctx):
+        await ctx.step.run("once", lambda: ran.append(ctx.attempt) or 1)
+        if ctx.attempt == 1:
+            raise RuntimeError("again")
+
+    stepper.enqueue({"key": "k"})
+
+    async def attempt() -> list[str]:
+        async with AsyncDatabase(database_url) as db:
+            (claimed,) = await db.run(calls.claim(["default"], "w"))
+            functions: list[str] = []
+            real_run = db.run
+
+            async def recording(call):
+                functions.append(call.function)
+                return await real_run(call)
+
+            db.run = recording  # type: ignore[method-assign]
+            await execute(
+                claimed, registry, db=db, worker_id="w", signal=CancelSignal(), lease=Lease()
+            )
+            return functions
+
+    first = asyncio.run(attempt())
+    assert "jobs.steps_v1" not in first
+    _promote_all(database_url)
+    second = asyncio.run(attempt())
+    assert "jobs.steps_v1" in second
+    assert ran == [1], "the stored step replayed instead of running again"
+
+
+def _promote_all(database_url):
+    with psycopg.connect(database_url, autocommit=True) as connection:
+        connection.execute("update jobs.jobs set run_at = now() where state = 'ready'")

@@ -221,7 +221,7 @@ def test_a_claim_pass_that_fails_never_kills_the_loop(database_url, caplog):
     failures = {"left": 1}
 
     async def flaky(call):
-        if call.function == "jobs.claim_v1" and failures["left"]:
+        if call.function == "jobs.claim_v2" and failures["left"]:
             failures["left"] -= 1
             raise psycopg.OperationalError("the pool blinked")
         return await real_run(call)
@@ -631,7 +631,7 @@ def test_a_drain_during_a_claim_hands_the_claimed_rows_back(database_url):
 
     async def drain_mid_claim(call):
         answer = await real_run(call)
-        if call.function == "jobs.claim_v1" and answer:
+        if call.function == "jobs.claim_v2" and answer:
             worker.drain()  # SIGTERM lands while the claim was on the wire
         return answer
 
@@ -722,7 +722,7 @@ def test_an_ack_that_fails_is_not_a_job_failure(database_url, caplog):
     real_run = worker.db.run
 
     async def failing_ack(call):
-        if call.function == "jobs.ack_v1":
+        if call.function in ("jobs.ack_v1", "jobs.ack_many_v1"):  # the worker batches its acks
             raise psycopg.OperationalError("connection reset while acking")
         return await real_run(call)
 
@@ -856,7 +856,7 @@ def test_an_idle_pass_is_one_claim_over_every_queue(database_url):
     claims: list[list[str]] = []
 
     async def counting(call):
-        if call.function == "jobs.claim_v1":
+        if call.function == "jobs.claim_v2":
             claims.append(list(call.params["queues"]))
         return await real_run(call)
 
@@ -881,7 +881,7 @@ def test_a_wake_for_a_queue_the_worker_does_not_serve_is_ignored(database_url):
     claims: list[int] = []
 
     async def counting(call):
-        if call.function == "jobs.claim_v1":
+        if call.function == "jobs.claim_v2":
             claims.append(1)
         return await real_run(call)
 

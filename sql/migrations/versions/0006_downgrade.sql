@@ -2,6 +2,7 @@
 -- the settling statements of revision 0001 (which count nothing), and go back to schema
 -- version 5.
 
+drop function jobs.claim_v2(text[], text, integer, interval, text[]);
 drop function jobs.queue_depth(text[]);
 drop type jobs.queue_depth_row;
 drop function jobs.inspect_job(uuid);

@@ -564,6 +564,45 @@ as $$
    order by c.queue
 $$;
 
+-- >>> sql/functions/030_claim.sql: claim_v2
+create function jobs.claim_v2(
+  queues text[],
+  worker_id text,
+  batch_size integer default 1,
+  visibility interval default interval '30 seconds',
+  drop_exhausted text[] default '{}'
+)
+returns table (
+  id uuid,
+  run_id uuid,
+  name text,
+  queue text,
+  input jsonb,
+  tenant_id text,
+  state text,
+  attempt integer,
+  max_attempts integer,
+  claim bigint,
+  priority integer,
+  run_at timestamptz,
+  created_at timestamptz,
+  lease_expires_at timestamptz,
+  last_error text,
+  traceparent text,
+  enqueued_by text,
+  has_steps boolean
+)
+language sql
+volatile
+set search_path = pg_catalog, pg_temp
+as $$
+  select c.id, c.run_id, c.name, c.queue, c.input, c.tenant_id, c.state, c.attempt,
+         c.max_attempts, c.claim, c.priority, c.run_at, c.created_at, c.lease_expires_at,
+         c.last_error, c.traceparent, c.enqueued_by,
+         exists (select 1 from jobs.steps s where s.run_id = c.run_id)
+    from jobs.claim_v1(queues, worker_id, batch_size, visibility, drop_exhausted) c
+$$;
+
 -- >>> the settling statements, now counting
 
 create or replace function jobs.claim_v1(

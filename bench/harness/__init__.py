@@ -1,0 +1,1 @@
+"""The benchmark harness: durajobs and its peers, one throwaway Postgres, one run."""

@@ -1,0 +1,317 @@
+"""PgQueuer under the benchmark contract (bench/CONTRACT.md).
+
+Run as `python bench/systems/pgqueuer_system.py <action> --database-url URL [options]`.
+
+Driver: asyncpg. PgQueuer's benchmark page (docs/comparisons/benchmarks.md) measures asyncpg at
+about 1.7x psycopg's throughput and recommends it for throughput-critical work, and `pgq run`
+itself tries asyncpg first and runs on uvloop; so every action here uses one asyncpg connection
+and the worker runs on uvloop, as `pgq run` would.
+
+The worker is the "single worker process" of docs/guides/deployment.md: one QueueManager on one
+direct asyncpg connection (docs/guides/performance-tuning.md: "Always use a direct asyncpg
+connection (not a pool) for the QueueManager"), started through `pgqueuer.run`, the programmatic
+twin of `pgq run` (docs/guides/programmatic-run.md). The entrypoint is named `bench`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import signal
+import sys
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from datetime import timedelta
+from importlib.metadata import version
+from typing import Any
+
+import asyncpg
+import pgqueuer
+import uvloop
+from pgqueuer.db import AsyncpgDriver
+from pgqueuer.models import Job
+from pgqueuer.qm import QueueManager
+from pgqueuer.queries import Queries
+
+ENTRYPOINT = "bench"
+BULK_BATCH = 1000
+
+# The dequeue batch: docs/guides/performance-tuning.md says to raise it above the default 10
+# when jobs are short-lived (< 1 s) and dequeue round trips dominate; these jobs are no-ops.
+# Burning down 10,000-20,000 jobs on a shared 2-core box, the rate rose from 10 (~3.5k/s)
+# through 100 (~5-11k/s) to a plateau at 500 (~11-15k/s); 1000 was no better.
+BATCH_SIZE = 500
+# pgq run's defaults for the rest: 30 s NOTIFY wait before a poll, no per-process task cap,
+# 30 s heartbeat timeout.
+DEQUEUE_TIMEOUT = timedelta(seconds=30)
+MAX_CONCURRENT_TASKS: int | None = None
+CONFIG = (
+    f"pgqueuer {version('pgqueuer')}: one QueueManager on one asyncpg connection "
+    f"(AsyncpgDriver), uvloop, pgqueuer.run(batch_size={BATCH_SIZE}, "
+    f"dequeue_timeout={DEQUEUE_TIMEOUT.total_seconds():g}s, "
+    f"max_concurrent_tasks={MAX_CONCURRENT_TASKS}); schema: install (durable) + autovac"
+)
+
+
+def _emit(document: dict[str, Any]) -> None:
+    """Print one JSON line on stdout, flushed at once (the harness reads line by line)."""
+    print(json.dumps(document), flush=True)
+
+
+def _peak_rss_kb() -> int:
+    """The process's peak resident set size (VmHWM) in kB."""
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1])
+    return 0
+
+
+def _payload(i: int) -> bytes:
+    return json.dumps({"i": i}).encode()
+
+
+async def _queries(url: str) -> tuple[asyncpg.Connection, Queries]:
+    """One asyncpg connection (autocommit unless a transaction is opened) and its Queries."""
+    connection = await asyncpg.connect(dsn=url)
+    return connection, Queries(AsyncpgDriver(connection))
+
+
+# -- setup -------------------------------------------------------------------------------------
+
+
+async def _setup(url: str) -> None:
+    connection, queries = await _queries(url)
+    try:
+        # `pgq install` (durability "durable", the default), then `pgq autovac`: both are on the
+        # deployment checklist of docs/guides/deployment.md.
+        await queries.install()
+        await queries.optimize_autovacuum()
+    finally:
+        await connection.close()
+
+
+def setup(url: str) -> None:
+    asyncio.run(_setup(url))
+    _emit({"ok": True})
+
+
+# -- enqueue -----------------------------------------------------------------------------------
+
+
+async def _enqueue(url: str, count: int, mode: str, start: int) -> float:
+    connection, queries = await _queries(url)
+    try:
+        began = time.perf_counter()
+        if mode == "single":
+            # Queries.enqueue with scalars: one INSERT statement, its own transaction.
+            for i in range(start, start + count):
+                await queries.enqueue(ENTRYPOINT, _payload(i))
+        else:
+            # Queries.enqueue with lists: one INSERT ... SELECT unnest(...) per batch.
+            for first in range(start, start + count, BULK_BATCH):
+                last = min(first + BULK_BATCH, start + count)
+                await queries.enqueue(
+                    [ENTRYPOINT] * (last - first),
+                    [_payload(i) for i in range(first, last)],
+                    [0] * (last - first),
+                )
+        return time.perf_counter() - began
+    finally:
+        await connection.close()
+
+
+def enqueue(url: str, count: int, mode: str, start: int) -> None:
+    seconds = asyncio.run(_enqueue(url, count, mode, start))
+    _emit({"seconds": seconds})
+
+
+# -- the worker (work, latency, idle) ------------------------------------------------------------
+
+
+class Tally:
+    """What the handler saw: how many runs, which `i`s, first start and last end."""
+
+    def __init__(self, count: int | None, *, report_each: bool = False) -> None:
+        self.count = count
+        self.report_each = report_each
+        self.runs = 0
+        self.seen: set[int] = set()
+        self.first_start: float | None = None
+        self.last_end = 0.0
+        # Set by the handler once `count` runs are done; the worker's shutdown event.
+        self.done = asyncio.Event()
+
+    def on_start(self, i: int) -> None:
+        now = time.time()
+        if self.first_start is None:
+            self.first_start = now
+        if self.report_each:
+            _emit({"i": i, "started": now})
+
+    def on_end(self, i: int) -> None:
+        self.runs += 1
+        self.seen.add(i)
+        self.last_end = time.time()
+        if self.count is not None and self.runs >= self.count:
+            self.done.set()
+
+
+def _factory(url: str, tally: Tally) -> Callable[[], Any]:
+    """The `pgq run` factory: an async context manager yielding the QueueManager."""
+
+    @asynccontextmanager
+    async def create() -> AsyncIterator[QueueManager]:
+        connection = await asyncpg.connect(dsn=url)
+        try:
+            manager = QueueManager(Queries(AsyncpgDriver(connection)))
+
+            @manager.entrypoint(ENTRYPOINT)
+            async def bench(job: Job) -> None:
+                assert job.payload is not None
+                i = int(json.loads(job.payload)["i"])
+                tally.on_start(i)
+                tally.on_end(i)
+
+            yield manager
+        finally:
+            await connection.close()
+
+    return create
+
+
+async def _run_worker(url: str, tally: Tally) -> None:
+    """Run the worker until `tally.done` is set: by the Nth handler run, or SIGTERM/SIGINT.
+
+    Setting the shutdown event is PgQueuer's graceful stop: the QueueManager stops dequeuing,
+    waits for the jobs in flight, and flushes its buffered completions before returning.
+    """
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, tally.done.set)
+    await pgqueuer.run(
+        _factory(url, tally),
+        batch_size=BATCH_SIZE,
+        dequeue_timeout=DEQUEUE_TIMEOUT,
+        max_concurrent_tasks=MAX_CONCURRENT_TASKS,
+        shutdown=tally.done,
+    )
+
+
+def work(url: str, count: int) -> None:
+    tally = Tally(count)
+    uvloop.run(_run_worker(url, tally))
+    _emit(
+        {
+            "runs": tally.runs,
+            "unique": len(tally.seen),
+            "first_start": tally.first_start,
+            "last_end": tally.last_end,
+            "peak_rss_kb": _peak_rss_kb(),
+            "config": CONFIG,
+        }
+    )
+
+
+def latency(url: str, count: int) -> None:
+    tally = Tally(count, report_each=True)
+    uvloop.run(_run_worker(url, tally))
+    _emit({"runs": tally.runs})
+
+
+def idle(url: str) -> None:
+    uvloop.run(_run_worker(url, Tally(None)))
+    _emit({"ok": True})
+
+
+# -- produce -----------------------------------------------------------------------------------
+
+# The pacing of `produce`'s `rate R S` line, and how late past S it may still catch up.
+TICK = 0.01
+GRACE = 0.1
+
+
+async def _enqueue_at_rate(
+    enqueue_one: Callable[[int], Awaitable[object]], first: int, rate: float, seconds: float
+) -> int:
+    """Enqueue int(R * S) jobs numbered from `first`, job k due k / R seconds after the start.
+
+    Paced in 10 ms ticks: each tick enqueues every job already due, one `enqueue_one` call (the
+    single API, its own transaction) each. A producer still owing jobs GRACE after S gives up,
+    so the count it returns shows that it fell behind. Returns how many it enqueued.
+    """
+    total = int(rate * seconds)
+    began = time.perf_counter()
+    sent = 0
+    while sent < total:
+        due = min(total, int((time.perf_counter() - began) * rate) + 1)
+        while sent < due:
+            if time.perf_counter() - began > seconds + GRACE:
+                return sent
+            await enqueue_one(first + sent)
+            sent += 1
+        if sent < total:
+            await asyncio.sleep(TICK - (time.perf_counter() - began) % TICK)
+    return sent
+
+
+async def _produce(url: str, start: int) -> None:
+    connection, queries = await _queries(url)
+    next_i = start
+    try:
+        while line := await asyncio.to_thread(sys.stdin.readline):
+            words = line.split()
+            if words == ["one"]:
+                await queries.enqueue(ENTRYPOINT, _payload(next_i))
+                _emit({"i": next_i, "committed": time.time()})
+                next_i += 1
+            elif len(words) == 3 and words[0] == "rate":
+
+                async def one(i: int) -> None:
+                    await queries.enqueue(ENTRYPOINT, _payload(i))
+
+                sent = await _enqueue_at_rate(one, next_i, float(words[1]), float(words[2]))
+                next_i += sent
+                _emit({"enqueued": sent})
+    finally:
+        await connection.close()
+
+
+def produce(url: str, start: int) -> None:
+    asyncio.run(_produce(url, start))
+
+
+# -- command line ------------------------------------------------------------------------------
+
+
+def main() -> None:
+    logging.basicConfig(stream=sys.stderr, level=logging.WARNING)
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument(
+        "action", choices=["setup", "enqueue", "work", "latency", "produce", "idle"]
+    )
+    parser.add_argument("--database-url", required=True)
+    parser.add_argument("--count", type=int, default=0)
+    parser.add_argument("--mode", choices=["single", "bulk"], default="single")
+    parser.add_argument("--start", type=int, default=0)
+    args = parser.parse_args()
+    url: str = args.database_url
+    if args.action == "setup":
+        setup(url)
+    elif args.action == "enqueue":
+        enqueue(url, args.count, args.mode, args.start)
+    elif args.action == "work":
+        work(url, args.count)
+    elif args.action == "latency":
+        latency(url, args.count)
+    elif args.action == "produce":
+        produce(url, args.start)
+    else:
+        idle(url)
+
+
+if __name__ == "__main__":
+    main()
