@@ -6,6 +6,7 @@ tenant, a duplicate name or an impossible number fails at import time, not at 3 
 
 from __future__ import annotations
 
+import functools
 import inspect
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
@@ -103,12 +104,7 @@ class Job(Generic[I]):
     @property
     def is_async(self) -> bool:
         """An `async def` handler, seen through functools.wraps wrappers and __call__."""
-        handler = inspect.unwrap(self.handler)
-        if inspect.iscoroutinefunction(handler):
-            return True
-        if inspect.isfunction(handler) or inspect.ismethod(handler):
-            return False
-        return inspect.iscoroutinefunction(type(handler).__call__)  # a callable object
+        return _is_async(self.handler)
 
     def parse(self, input: I | Mapping[str, Any]) -> I:
         """Validate `input` against the input model; raise X_JOB_INPUT_INVALID naming the field."""
@@ -480,3 +476,25 @@ class Registry:
         if not self._schema_checked:
             await check_schema_async(connection)
             self._schema_checked = True
+
+
+def _is_async(handler: Handler) -> bool:
+    # asked for every attempt: the answer never changes for one handler, so it is kept
+    try:
+        return _is_async_cached(handler)
+    except TypeError:  # an unhashable callable object
+        return _is_async_uncached(handler)
+
+
+@functools.lru_cache(maxsize=1024)
+def _is_async_cached(handler: Handler) -> bool:
+    return _is_async_uncached(handler)
+
+
+def _is_async_uncached(handler: Handler) -> bool:
+    handler = inspect.unwrap(handler)
+    if inspect.iscoroutinefunction(handler):
+        return True
+    if inspect.isfunction(handler) or inspect.ismethod(handler):
+        return False
+    return inspect.iscoroutinefunction(type(handler).__call__)  # a callable object

@@ -44,6 +44,10 @@ def job_span(claimed: ClaimedJob) -> Iterator[Any]:
         yield None
         return
     propagate, trace = _OTEL
+    if isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider):
+        # no SDK configured: every span would be a no-op, so skip the per-attempt cost
+        yield None
+        return
     parent = (
         propagate.extract({"traceparent": claimed.traceparent}) if claimed.traceparent else None
     )

@@ -132,7 +132,11 @@ end;
 $$;
 
 -- jobs._announce: wake idle workers of `queue` for rows created at `created_at`, unless a row
--- another transaction created in the same 250 ms slot, due at once, already announced it.
+-- another transaction created in the same 250 ms slot, due at once and STILL WAITING, already
+-- announced it: the workers it woke are claiming and will find this row too. A row of the slot
+-- that was already claimed says nothing about this one (its worker may be idle again), so it
+-- does not silence the wake (since revision 0006; before, a second job 50 ms after the first
+-- waited for the poll).
 -- Rows of the calling transaction share its created_at and are skipped: Postgres folds identical
 -- notifications of one transaction anyway. Answers whether it notified. Locks nothing.
 -- Introduced in revision 0001.
@@ -151,6 +155,7 @@ begin
         where j.queue = _announce.queue
           and j.created_at >= v_slot
           and j.created_at < _announce.created_at
+          and j.state in ('ready', 'delayed')
           and j.run_at <= j.created_at + interval '1 second')
      or exists (
        select 1
@@ -158,6 +163,7 @@ begin
         where j.queue = _announce.queue
           and j.created_at > _announce.created_at
           and j.created_at < v_slot + interval '250 milliseconds'
+          and j.state in ('ready', 'delayed')
           and j.run_at <= j.created_at + interval '1 second') then
     return false;
   end if;

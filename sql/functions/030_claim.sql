@@ -165,17 +165,25 @@ begin
     return;
   end if;
 
-  -- hand out waiting rows due now; skip locked: a second claimer must not wait for this one
+  -- hand out waiting rows due now; skip locked: a second claimer must not wait for this one.
+  -- Each queue is read on its own, in jobs_claim_idx order, so the scan stops after the rows it
+  -- needs: `queue = any(...)` would read and sort every waiting row of every queue instead.
   return query
     with due as materialized (
-      select j.id
-        from jobs.jobs j
-       where j.queue = any(v_queues)
-         and j.state in ('ready', 'delayed', 'suspended')
-         and j.run_at <= v_now
-       order by j.priority, j.run_at, j.id
+      select w.id
+        from unnest(v_queues) as q(queue)
+        cross join lateral (
+          select j.id, j.priority, j.run_at
+            from jobs.jobs j
+           where j.queue = q.queue
+             and j.state in ('ready', 'delayed', 'suspended')
+             and j.run_at <= v_now
+           order by j.priority, j.run_at, j.id
+           limit claim_v1.batch_size - v_taken
+             for update skip locked
+        ) w
+       order by w.priority, w.run_at, w.id
        limit claim_v1.batch_size - v_taken
-         for update skip locked
     ),
     claimed as (
       update jobs.jobs j

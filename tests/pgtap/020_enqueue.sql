@@ -2,7 +2,7 @@
 -- dedupe on the live (name, tenant, idempotency key), with the regression cases R1-R7, R16, R87.
 begin;
 \ir fixtures/factory.sql
-select plan(149);
+select plan(150);
 
 set local durajobs.now = '2026-01-01 00:00:00+00';
 
@@ -442,6 +442,12 @@ select is(jobs._announce('q-wake-delayed', '2026-01-01 00:00:00.1+00'), true,
           '_announce: a delayed row in the slot did not wake the queue, so it does not suppress');
 select is(jobs._announce('q-wake-other', '2026-01-01 00:00:00.1+00'), true,
           '_announce: another queue''s row does not suppress the wake');
+-- once the earlier row was claimed, its worker may be idle again: the next row must wake it
+set local durajobs.now = '2026-01-01 00:00:00.06+00';
+select jobs_test.claim_one(queue => 'q-wake') \g /dev/null
+set local durajobs.now = '2026-01-01 00:00:00+00';
+select is(jobs._announce('q-wake', '2026-01-01 00:00:00.1+00'), true,
+          '_announce: a row of the slot already claimed does not suppress the wake');
 
 -- ---------------------------------------------------------------------------------------------
 -- R7: the live holder finishes between the conflict and the lookup. jobs._find_live is replaced

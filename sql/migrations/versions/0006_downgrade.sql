@@ -20,6 +20,36 @@ drop function jobs.worker_announce(text, text, integer, text[], integer, interva
 drop function jobs._check_worker(text, text, interval);
 drop table jobs.workers;
 
+create or replace function jobs._announce(queue text, created_at timestamptz)
+returns boolean
+language plpgsql
+volatile
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+  v_slot timestamptz := to_timestamp(floor(extract(epoch from _announce.created_at) * 4) / 4);
+begin
+  if exists (
+       select 1
+         from jobs.jobs j
+        where j.queue = _announce.queue
+          and j.created_at >= v_slot
+          and j.created_at < _announce.created_at
+          and j.run_at <= j.created_at + interval '1 second')
+     or exists (
+       select 1
+         from jobs.jobs j
+        where j.queue = _announce.queue
+          and j.created_at > _announce.created_at
+          and j.created_at < v_slot + interval '250 milliseconds'
+          and j.run_at <= j.created_at + interval '1 second') then
+    return false;
+  end if;
+  perform pg_notify('jobs_wake', _announce.queue);
+  return true;
+end;
+$$;
+
 create or replace function jobs.claim_v1(
   queues text[],
   worker_id text,

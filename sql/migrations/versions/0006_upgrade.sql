@@ -605,6 +605,38 @@ $$;
 
 -- >>> the settling statements, now counting
 
+create or replace function jobs._announce(queue text, created_at timestamptz)
+returns boolean
+language plpgsql
+volatile
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+  v_slot timestamptz := to_timestamp(floor(extract(epoch from _announce.created_at) * 4) / 4);
+begin
+  if exists (
+       select 1
+         from jobs.jobs j
+        where j.queue = _announce.queue
+          and j.created_at >= v_slot
+          and j.created_at < _announce.created_at
+          and j.state in ('ready', 'delayed')
+          and j.run_at <= j.created_at + interval '1 second')
+     or exists (
+       select 1
+         from jobs.jobs j
+        where j.queue = _announce.queue
+          and j.created_at > _announce.created_at
+          and j.created_at < v_slot + interval '250 milliseconds'
+          and j.state in ('ready', 'delayed')
+          and j.run_at <= j.created_at + interval '1 second') then
+    return false;
+  end if;
+  perform pg_notify('jobs_wake', _announce.queue);
+  return true;
+end;
+$$;
+
 create or replace function jobs.claim_v1(
   queues text[],
   worker_id text,
@@ -731,17 +763,25 @@ begin
     return;
   end if;
 
-  -- hand out waiting rows due now; skip locked: a second claimer must not wait for this one
+  -- hand out waiting rows due now; skip locked: a second claimer must not wait for this one.
+  -- Each queue is read on its own, in jobs_claim_idx order, so the scan stops after the rows it
+  -- needs: `queue = any(...)` would read and sort every waiting row of every queue instead.
   return query
     with due as materialized (
-      select j.id
-        from jobs.jobs j
-       where j.queue = any(v_queues)
-         and j.state in ('ready', 'delayed', 'suspended')
-         and j.run_at <= v_now
-       order by j.priority, j.run_at, j.id
+      select w.id
+        from unnest(v_queues) as q(queue)
+        cross join lateral (
+          select j.id, j.priority, j.run_at
+            from jobs.jobs j
+           where j.queue = q.queue
+             and j.state in ('ready', 'delayed', 'suspended')
+             and j.run_at <= v_now
+           order by j.priority, j.run_at, j.id
+           limit claim_v1.batch_size - v_taken
+             for update skip locked
+        ) w
+       order by w.priority, w.run_at, w.id
        limit claim_v1.batch_size - v_taken
-         for update skip locked
     ),
     claimed as (
       update jobs.jobs j
