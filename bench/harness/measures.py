@@ -159,14 +159,15 @@ def steady_state(system: System, rate: float, seconds: float) -> Steady:
             producer.stdin.flush()
             produced = _read_json_line(producer.stdout, f"{system.name} produce")
             producer.stdin.close()
+        if produced["enqueued"] < expected:
+            stop_sampling.set()
+            raise SystemFailed(f"{system.name}: the producer fell behind ({produced['enqueued']})")
         assert worker.stdout is not None
         # the worker stops once it has run every job it was told to expect
         out, _ = worker.communicate(timeout=seconds * 5 + 60)
         stop_sampling.set()
         sampler.join()
     answer = _last_json(out, f"{system.name} work")
-    if produced["enqueued"] < expected:
-        raise SystemFailed(f"{system.name}: the producer fell behind ({produced['enqueued']})")
     elapsed = float(answer["last_end"]) - float(answer["first_start"])
     return Steady(rate, answer["runs"] / elapsed, depth)
 

@@ -150,17 +150,37 @@ def produce(url: str, start: int) -> None:
                 next_i += 1
             elif words and words[0] == "rate":
                 rate, seconds = float(words[1]), float(words[2])
-                total = int(rate * seconds)
-                began, sent = time.perf_counter(), 0
-                while sent < total:
-                    elapsed = time.perf_counter() - began
-                    owed = min(int(elapsed * rate), total) - sent
-                    for _ in range(owed):
-                        job.enqueue({"i": next_i}, using=client)
-                        next_i += 1
-                    sent += max(owed, 0)
-                    time.sleep(0.01)
+                sent = _enqueue_at_rate(client, next_i, rate, seconds)
+                next_i += sent
                 _emit({"enqueued": sent})
+
+
+TICK = 0.01
+GRACE = 0.1
+
+
+def _enqueue_at_rate(client: durajobs.Client, first: int, rate: float, seconds: float) -> int:
+    """Enqueue int(rate * seconds) jobs, job k due k / rate seconds after the start, paced in
+    10 ms ticks: each tick enqueues every job due by then in ONE enqueue_many (one transaction).
+    Gives up GRACE after `seconds` if still behind; answers how many it enqueued."""
+    total = int(rate * seconds)
+    began = time.perf_counter()
+    sent = 0
+    while sent < total:
+        elapsed = time.perf_counter() - began
+        if elapsed > seconds + GRACE:
+            break
+        due = min(total, int(elapsed * rate) + 1)
+        if due > sent:
+            client.enqueue_many(
+                [
+                    {"name": "noop", "queue": QUEUE, "input": {"i": i}, "idempotency_key": str(i)}
+                    for i in range(first + sent, first + due)
+                ]
+            )
+            sent = due
+        time.sleep(max(TICK - (time.perf_counter() - began) % TICK, 0))
+    return sent
 
 
 def idle(url: str) -> None:

@@ -142,6 +142,13 @@ async function setup({ databaseUrl }) {
   emit({ ok: true });
 }
 
+/** Add jobs i = lo .. hi-1 with the bulk API: one addJobs call (one add_jobs() statement). */
+async function addBulk(utils, lo, hi) {
+  const specs = [];
+  for (let i = lo; i < hi; i++) specs.push({ identifier: TASK, payload: { i } });
+  await utils.addJobs(specs);
+}
+
 async function enqueue({ databaseUrl, count, mode, start }) {
   const utils = await connectedUtils(databaseUrl);
   try {
@@ -152,12 +159,9 @@ async function enqueue({ databaseUrl, count, mode, start }) {
         await utils.addJob(TASK, { i });
       }
     } else {
-      // addJobs: the bulk API (one add_jobs() call per batch of 1,000).
+      // The bulk API in batches of 1,000.
       for (let lo = start; lo < start + count; lo += BULK_BATCH) {
-        const hi = Math.min(lo + BULK_BATCH, start + count);
-        const specs = [];
-        for (let i = lo; i < hi; i++) specs.push({ identifier: TASK, payload: { i } });
-        await utils.addJobs(specs);
+        await addBulk(utils, lo, Math.min(lo + BULK_BATCH, start + count));
       }
     }
     emit({ seconds: (performance.now() - t0) / 1000 });
@@ -228,24 +232,22 @@ async function produce({ databaseUrl, start }) {
   const utils = await connectedUtils(databaseUrl);
   let next = start;
 
-  // One job through the single API; resolves once its transaction has committed.
-  const addOne = async () => {
-    const i = next++;
-    await utils.addJob(TASK, { i });
-    return i;
-  };
-
   try {
     const lines = createInterface({ input: process.stdin, crlfDelay: Infinity });
     for await (const raw of lines) {
       const line = raw.trim();
       if (line === "") continue;
       if (line === "one") {
-        const i = await addOne();
+        // One job through the single API; addJob resolves once its transaction has committed.
+        const i = next++;
+        await utils.addJob(TASK, { i });
         emit({ i, committed: epochSeconds() });
       } else if (line.startsWith("rate ")) {
         const [, r, s] = line.split(/\s+/);
-        emit({ enqueued: await paced(addOne, Number(r), Number(s)) });
+        const addRange = (lo, hi) => addBulk(utils, lo, hi);
+        const sent = await paced(addRange, next, Number(r), Number(s));
+        next += sent;
+        emit({ enqueued: sent });
       } else {
         throw new Error(`produce: unknown command ${JSON.stringify(line)}`);
       }
@@ -255,22 +257,31 @@ async function produce({ databaseUrl, start }) {
   }
 }
 
+// The pacing of `produce`'s `rate R S` line, and how late past S it may still catch up.
+const TICK_MS = 10;
+const GRACE_MS = 100;
+
 /**
- * Enqueue at `rate` jobs/s for `seconds` s in 10 ms ticks: on each tick, add (concurrently, over
- * the utils pool) the jobs that are due by now. A tick that overruns is caught up on the next.
+ * Enqueue floor(R * S) jobs numbered from `first`, job k due k / R seconds after the start.
+ * Paced in 10 ms ticks: each tick adds every job due by then in ONE `addRange(lo, hi)` call
+ * (jobs lo .. hi-1 through the bulk API, addJobs, so one transaction per tick); a tick that
+ * overruns is caught up by the next one. A producer still owing jobs GRACE after S gives up, so
+ * the count it returns shows that it fell behind. Returns how many it enqueued.
  */
-async function paced(addOne, rate, seconds) {
+async function paced(addRange, first, rate, seconds) {
   if (!(rate > 0) || !(seconds > 0)) throw new Error("rate R S: R and S must be positive");
-  const total = Math.round(rate * seconds);
+  const total = Math.floor(rate * seconds);
   const t0 = performance.now();
   let sent = 0;
-  for (let tick = 1; sent < total; tick++) {
-    const due = Math.min(total, Math.floor((rate * (performance.now() - t0)) / 1000));
-    const batch = [];
-    for (; sent < due; sent++) batch.push(addOne());
-    await Promise.all(batch);
-    const wait = t0 + tick * 10 - performance.now();
-    if (wait > 0) await sleep(wait);
+  while (sent < total) {
+    const elapsed = performance.now() - t0;
+    if (elapsed > seconds * 1000 + GRACE_MS) break;
+    const due = Math.min(total, Math.floor((rate * elapsed) / 1000) + 1);
+    if (due > sent) {
+      await addRange(first + sent, first + due);
+      sent = due;
+    }
+    if (sent < total) await sleep(TICK_MS - ((performance.now() - t0) % TICK_MS));
   }
   return sent;
 }

@@ -102,6 +102,16 @@ def setup(url: str) -> None:
 # -- enqueue -----------------------------------------------------------------------------------
 
 
+async def _enqueue_bulk(queries: Queries, first: int, last: int) -> None:
+    """Enqueue jobs i = first .. last-1 with the bulk API: Queries.enqueue with lists, one
+    INSERT ... SELECT unnest(...) statement, one transaction."""
+    await queries.enqueue(
+        [ENTRYPOINT] * (last - first),
+        [_payload(i) for i in range(first, last)],
+        [0] * (last - first),
+    )
+
+
 async def _enqueue(url: str, count: int, mode: str, start: int) -> float:
     connection, queries = await _queries(url)
     try:
@@ -111,14 +121,8 @@ async def _enqueue(url: str, count: int, mode: str, start: int) -> float:
             for i in range(start, start + count):
                 await queries.enqueue(ENTRYPOINT, _payload(i))
         else:
-            # Queries.enqueue with lists: one INSERT ... SELECT unnest(...) per batch.
             for first in range(start, start + count, BULK_BATCH):
-                last = min(first + BULK_BATCH, start + count)
-                await queries.enqueue(
-                    [ENTRYPOINT] * (last - first),
-                    [_payload(i) for i in range(first, last)],
-                    [0] * (last - first),
-                )
+                await _enqueue_bulk(queries, first, min(first + BULK_BATCH, start + count))
         return time.perf_counter() - began
     finally:
         await connection.close()
@@ -235,24 +239,29 @@ GRACE = 0.1
 
 
 async def _enqueue_at_rate(
-    enqueue_one: Callable[[int], Awaitable[object]], first: int, rate: float, seconds: float
+    enqueue_range: Callable[[int, int], Awaitable[object]],
+    first: int,
+    rate: float,
+    seconds: float,
 ) -> int:
     """Enqueue int(R * S) jobs numbered from `first`, job k due k / R seconds after the start.
 
-    Paced in 10 ms ticks: each tick enqueues every job already due, one `enqueue_one` call (the
-    single API, its own transaction) each. A producer still owing jobs GRACE after S gives up,
+    Paced in 10 ms ticks: each tick enqueues every job due by then in ONE `enqueue_range(lo, hi)`
+    call (jobs lo .. hi-1 through the bulk API, so one transaction per tick); a tick that
+    overruns is caught up by the next one. A producer still owing jobs GRACE after S gives up,
     so the count it returns shows that it fell behind. Returns how many it enqueued.
     """
     total = int(rate * seconds)
     began = time.perf_counter()
     sent = 0
     while sent < total:
-        due = min(total, int((time.perf_counter() - began) * rate) + 1)
-        while sent < due:
-            if time.perf_counter() - began > seconds + GRACE:
-                return sent
-            await enqueue_one(first + sent)
-            sent += 1
+        elapsed = time.perf_counter() - began
+        if elapsed > seconds + GRACE:
+            break
+        due = min(total, int(elapsed * rate) + 1)
+        if due > sent:
+            await enqueue_range(first + sent, first + due)
+            sent = due
         if sent < total:
             await asyncio.sleep(TICK - (time.perf_counter() - began) % TICK)
     return sent
@@ -270,10 +279,10 @@ async def _produce(url: str, start: int) -> None:
                 next_i += 1
             elif len(words) == 3 and words[0] == "rate":
 
-                async def one(i: int) -> None:
-                    await queries.enqueue(ENTRYPOINT, _payload(i))
+                async def bulk(lo: int, hi: int) -> None:
+                    await _enqueue_bulk(queries, lo, hi)
 
-                sent = await _enqueue_at_rate(one, next_i, float(words[1]), float(words[2]))
+                sent = await _enqueue_at_rate(bulk, next_i, float(words[1]), float(words[2]))
                 next_i += sent
                 _emit({"enqueued": sent})
     finally:

@@ -133,6 +133,13 @@ def setup(url: str) -> None:
 # -- enqueue -----------------------------------------------------------------------------------
 
 
+async def _defer_bulk(task: procrastinate.tasks.Task[..., Any, Any], first: int, last: int) -> None:
+    """Defer jobs i = first .. last-1 with the bulk API: Task.batch_defer_async
+    (docs/howto/basics/batch_defer.md), one procrastinate_defer_jobs_v1 call, one transaction."""
+    batch: list[JSONDict] = [{"i": i} for i in range(first, last)]
+    await task.batch_defer_async(*batch)
+
+
 async def _enqueue(url: str, count: int, mode: str, start: int) -> float:
     app = _app(url, pool_size=1)
     task = app.tasks[TASK]
@@ -143,11 +150,8 @@ async def _enqueue(url: str, count: int, mode: str, start: int) -> float:
             for i in range(start, start + count):
                 await task.defer_async(i=i)
         else:
-            # Task.batch_defer_async (docs/howto/basics/batch_defer.md): one call per batch.
             for first in range(start, start + count, BULK_BATCH):
-                last = min(first + BULK_BATCH, start + count)
-                batch: list[JSONDict] = [{"i": i} for i in range(first, last)]
-                await task.batch_defer_async(*batch)
+                await _defer_bulk(task, first, min(first + BULK_BATCH, start + count))
         return time.perf_counter() - began
 
 
@@ -213,24 +217,29 @@ GRACE = 0.1
 
 
 async def _enqueue_at_rate(
-    enqueue_one: Callable[[int], Awaitable[object]], first: int, rate: float, seconds: float
+    enqueue_range: Callable[[int, int], Awaitable[object]],
+    first: int,
+    rate: float,
+    seconds: float,
 ) -> int:
     """Enqueue int(R * S) jobs numbered from `first`, job k due k / R seconds after the start.
 
-    Paced in 10 ms ticks: each tick enqueues every job already due, one `enqueue_one` call (the
-    single API, its own transaction) each. A producer still owing jobs GRACE after S gives up,
+    Paced in 10 ms ticks: each tick enqueues every job due by then in ONE `enqueue_range(lo, hi)`
+    call (jobs lo .. hi-1 through the bulk API, so one transaction per tick); a tick that
+    overruns is caught up by the next one. A producer still owing jobs GRACE after S gives up,
     so the count it returns shows that it fell behind. Returns how many it enqueued.
     """
     total = int(rate * seconds)
     began = time.perf_counter()
     sent = 0
     while sent < total:
-        due = min(total, int((time.perf_counter() - began) * rate) + 1)
-        while sent < due:
-            if time.perf_counter() - began > seconds + GRACE:
-                return sent
-            await enqueue_one(first + sent)
-            sent += 1
+        elapsed = time.perf_counter() - began
+        if elapsed > seconds + GRACE:
+            break
+        due = min(total, int(elapsed * rate) + 1)
+        if due > sent:
+            await enqueue_range(first + sent, first + due)
+            sent = due
         if sent < total:
             await asyncio.sleep(TICK - (time.perf_counter() - began) % TICK)
     return sent
@@ -249,10 +258,10 @@ async def _produce(url: str, start: int) -> None:
                 next_i += 1
             elif len(words) == 3 and words[0] == "rate":
 
-                async def one(i: int) -> None:
-                    await task.defer_async(i=i)
+                async def bulk(lo: int, hi: int) -> None:
+                    await _defer_bulk(task, lo, hi)
 
-                sent = await _enqueue_at_rate(one, next_i, float(words[1]), float(words[2]))
+                sent = await _enqueue_at_rate(bulk, next_i, float(words[1]), float(words[2]))
                 next_i += sent
                 _emit({"enqueued": sent})
 

@@ -48,14 +48,25 @@ class LeaseKeeper:
         self._on_lost = on_lost
         self._stopped = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        self._timer: asyncio.TimerHandle | None = None
         # when the lease began on this process's clock: the claim's send, not the attempt's start
         self._since = time.monotonic() if since is None else since
 
     def start(self) -> None:
-        self._task = asyncio.get_running_loop().create_task(self._keep())
+        # a timer, not a task, until the first renewal is due: most attempts end before it, and
+        # a task per attempt was a measurable part of a short job's cost
+        self._timer = asyncio.get_running_loop().call_later(self._interval, self._begin)
+
+    def _begin(self) -> None:
+        self._timer = None
+        if not self._stopped.is_set():
+            self._task = asyncio.get_running_loop().create_task(self._keep(first_wait=0.0))
 
     def stop(self) -> None:
         self._stopped.set()
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
 
     async def join(self) -> None:
         self.stop()
@@ -83,15 +94,16 @@ class LeaseKeeper:
         if self._on_lost is not None:
             self._on_lost(self._claimed)
 
-    async def _keep(self) -> None:
+    async def _keep(self, first_wait: float) -> None:
         last_landed = self._since
-        wait = self._interval
+        wait = first_wait
         while not self._stopped.is_set():
-            try:
-                await asyncio.wait_for(self._stopped.wait(), timeout=wait)
-                return
-            except TimeoutError:
-                pass
+            if wait > 0:
+                try:
+                    await asyncio.wait_for(self._stopped.wait(), timeout=wait)
+                    return
+                except TimeoutError:
+                    pass
             wait = self._interval
             remaining = self._visibility - (time.monotonic() - last_landed)
             if remaining <= 0:
