@@ -41,8 +41,9 @@ class WorkerRegistration:
         self._queues = list(queues)
         self._slots = slots
         self.ttl = ttl
-        # a third of the TTL: two beats can fail before the row expires
-        self.every = ttl / 3
+        # half the TTL: one beat can fail before the row expires, and an idle worker costs four
+        # statements a minute for it
+        self.every = ttl / 2
         self._in_flight = in_flight
         self._task: asyncio.Task[None] | None = None
 

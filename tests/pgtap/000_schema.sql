@@ -1,7 +1,7 @@
 -- 000_schema: the jobs schema, its tables, constraints and indexes.
 begin;
 \ir fixtures/factory.sql
-select plan(35);
+select plan(36);
 
 set local durajobs.now = '2026-01-01 00:00:00+00';
 
@@ -123,6 +123,13 @@ select types_are('jobs', array['enqueue_result', '_enqueue_request', 'claimed_jo
                                'queue_depth_row'],
                  'schema jobs declares the answer types');
 select has_composite('jobs', 'enqueue_result', 'jobs.enqueue_result exists');
+
+-- the hot table is vacuumed early: two dead tuples a job, no HOT update possible
+select is((select reloptions from pg_class where oid = 'jobs.jobs'::regclass),
+          array['autovacuum_vacuum_threshold=1000', 'autovacuum_vacuum_scale_factor=0.02',
+                'autovacuum_vacuum_insert_scale_factor=0.02',
+                'autovacuum_analyze_scale_factor=0.05', 'autovacuum_vacuum_cost_delay=0'],
+          'jobs.jobs carries its autovacuum settings');
 
 select * from finish();
 rollback;

@@ -37,6 +37,12 @@ QUERIES = {
          where t.typnamespace = 'jobs'::regnamespace
          order by 1, 4""",
     "error_codes": "select code, sqlstate, fix from jobs.error_codes order by 1",
+    "storage": """
+        select c.relname, c.reloptions
+          from pg_class c
+         where c.relnamespace = 'jobs'::regnamespace and c.relkind = 'r'
+           and c.relname <> 'alembic_version'
+         order by 1""",
 }
 
 

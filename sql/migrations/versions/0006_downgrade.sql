@@ -2,6 +2,9 @@
 -- the settling statements of revision 0001 (which count nothing), and go back to schema
 -- version 5.
 
+alter table jobs.jobs reset (autovacuum_vacuum_threshold, autovacuum_vacuum_scale_factor,
+  autovacuum_vacuum_insert_scale_factor, autovacuum_analyze_scale_factor,
+  autovacuum_vacuum_cost_delay);
 drop function jobs.claim_v2(text[], text, integer, interval, text[]);
 drop function jobs.queue_depth(text[]);
 drop type jobs.queue_depth_row;
