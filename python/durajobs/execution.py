@@ -199,6 +199,7 @@ async def execute(
     executor: Executor | None = None,
     on_lingering: Callable[[asyncio.Future[Any]], None] | None = None,
     acks: AckBatcher | None = None,
+    on_body_done: Callable[[], None] | None = None,
 ) -> JobExecution:
     """Run one claimed attempt and settle it; never raises for anything the job did.
 
@@ -297,6 +298,7 @@ async def execute(
             on_late=lambda: _late(claimed, finish, on_abandoned),
             executor=executor,
             on_lingering=on_lingering,
+            on_done=on_body_done,
         )
     except StepSuspension as parked:
         suspension = parked
@@ -377,8 +379,10 @@ async def _run_body(
     on_late: Callable[[], None],
     executor: Executor | None,
     on_lingering: Callable[[asyncio.Future[Any]], None] | None = None,
+    on_done: Callable[[], None] | None = None,
 ) -> Any:
-    """Run the handler until it ends or the signal is set.
+    """Run the handler until it ends or the signal is set; `on_done` when the body has ended
+    (a coroutine finished, or a plain def's thread returned), whatever happens after.
 
     After a drain the body is waited for (the worker's drain deadline bounds it): settling it
     first would let another worker run a second copy. After a deadline, a lost lease or a
@@ -395,9 +399,13 @@ async def _run_body(
         # the thread runs in a copy of this context, so the attempt's span is its parent too
         body = contextvars.copy_context().run
         task = asyncio.ensure_future(loop.run_in_executor(executor, body, job.handler, context))
-    stopped: asyncio.Future[None] = loop.create_future()
-    signal.on_cancel(lambda _reason: loop.call_soon_threadsafe(_resolve, stopped))
-    await asyncio.wait({task, stopped}, return_when=asyncio.FIRST_COMPLETED)
+    # one future for "the body ended or the signal was set": cheaper than asyncio.wait on two
+    ended_or_stopped: asyncio.Future[None] = loop.create_future()
+    task.add_done_callback(lambda _task: _resolve(ended_or_stopped))
+    if on_done is not None:
+        task.add_done_callback(lambda _task: on_done())
+    signal.on_cancel(lambda _reason: loop.call_soon_threadsafe(_resolve, ended_or_stopped))
+    await ended_or_stopped
     if not task.done():
         grace = None if isinstance(signal.reason, Draining) else UNWIND_GRACE_SECONDS
         await asyncio.wait({task}, timeout=grace)

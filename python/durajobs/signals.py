@@ -16,7 +16,8 @@ class CancelSignal:
     """A one-shot, thread-safe cancellation with a reason."""
 
     def __init__(self) -> None:
-        self._event = threading.Event()
+        # made only when a thread waits: most attempts never do, and every attempt has a signal
+        self._event: threading.Event | None = None
         self._lock = threading.Lock()
         self._callbacks: list[Callable[[DurajobsError], object]] = []
         self.reason: DurajobsError | None = None
@@ -28,7 +29,9 @@ class CancelSignal:
                 return False
             self.reason = reason
             callbacks = list(self._callbacks)
-        self._event.set()
+            event = self._event
+        if event is not None:
+            event.set()
         for callback in callbacks:
             callback(reason)
         return True
@@ -44,11 +47,17 @@ class CancelSignal:
 
     @property
     def is_set(self) -> bool:
-        return self._event.is_set()
+        return self.reason is not None
 
     def wait(self, timeout: float | None = None) -> bool:
         """Block a thread until the signal is set or `timeout` seconds pass."""
-        return self._event.wait(timeout)
+        with self._lock:
+            if self.reason is not None:
+                return True
+            if self._event is None:
+                self._event = threading.Event()
+            event = self._event
+        return event.wait(timeout)
 
     def raise_if_set(self) -> None:
         """Raise X_ABORTED (carrying the reason) if the signal is set."""

@@ -3,11 +3,13 @@
 child, so the request that enqueued and the job that ran later read as one trace.
 
 Optional: without `opentelemetry-api` (pip install 'durajobs[otel]') both ends do nothing, and
-with the API but no SDK configured the context is empty, so nothing is stamped either.
+with the API but no SDK configured the context is empty, so nothing is stamped either. Configure
+the SDK before starting a worker: one configured later is noticed within five seconds.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from types import ModuleType
@@ -27,6 +29,22 @@ def _load() -> tuple[ModuleType, ModuleType] | None:
 _OTEL = _load()
 
 
+_SDK_CHECK_SECONDS = 5.0
+_sdk_seen: tuple[float, bool] = (-_SDK_CHECK_SECONDS, False)
+
+
+def _sdk_configured(trace: ModuleType) -> bool:
+    """Whether a real tracer provider is installed; asked every attempt, so the answer (an
+    environment lookup inside OpenTelemetry) is kept for a few seconds."""
+    global _sdk_seen
+    now = time.monotonic()
+    checked_at, answer = _sdk_seen
+    if now - checked_at >= _SDK_CHECK_SECONDS:
+        answer = not isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider)
+        _sdk_seen = (now, answer)
+    return answer
+
+
 def current_traceparent() -> str | None:
     """The active span's traceparent, or None (no OpenTelemetry, or no span)."""
     if _OTEL is None:
@@ -44,7 +62,7 @@ def job_span(claimed: ClaimedJob) -> Iterator[Any]:
         yield None
         return
     propagate, trace = _OTEL
-    if isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider):
+    if not _sdk_configured(trace):
         # no SDK configured: every span would be a no-op, so skip the per-attempt cost
         yield None
         return

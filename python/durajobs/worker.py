@@ -17,7 +17,7 @@ import socket
 import time
 import uuid
 from collections import Counter
-from collections.abc import Coroutine, Mapping
+from collections.abc import Callable, Coroutine, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -122,6 +122,9 @@ class Worker:
         self._wake: QueueWake | None = None
         self._running: dict[uuid.UUID, tuple[ClaimedJob, CancelSignal, asyncio.Task[None]]] = {}
         self._per_queue: Counter[str] = Counter()
+        # slots are taken while a body runs, not while its settle is on the wire: the next
+        # claim overlaps the acks of the batch before
+        self._taken = 0
         self._kick = asyncio.Event()
         self._accepting = True
         self._draining = False
@@ -306,7 +309,7 @@ class Worker:
                 pass
 
     def _room(self) -> int:
-        return max(self.capacity - len(self._running), 0)
+        return max(self.capacity - self._taken, 0)
 
     def _queue_room(self, queue: str) -> int:
         return max(self.concurrency[queue] - self._per_queue[queue], 0)
@@ -411,11 +414,29 @@ class Worker:
         keeper = LeaseKeeper(
             self.db, row, self.worker_id, signal, visibility=self.visibility, since=asked
         )
-        task = asyncio.get_running_loop().create_task(self._attempt(row, signal, keeper))
+        released = False
+
+        def release() -> None:
+            nonlocal released
+            if released:
+                return
+            released = True
+            self._taken -= 1
+            self._per_queue[row.queue] -= 1
+            self._kick.set()  # a freed slot refills at once
+
+        task = asyncio.get_running_loop().create_task(self._attempt(row, signal, keeper, release))
         self._running[row.id] = (row, signal, task)
+        self._taken += 1
         self._per_queue[row.queue] += 1
 
-    async def _attempt(self, row: ClaimedJob, signal: CancelSignal, keeper: LeaseKeeper) -> None:
+    async def _attempt(
+        self,
+        row: ClaimedJob,
+        signal: CancelSignal,
+        keeper: LeaseKeeper,
+        release: Callable[[], None],
+    ) -> None:
         keeper.start()
         lingering: list[asyncio.Future[Any]] = []
         try:
@@ -430,6 +451,7 @@ class Worker:
                     executor=self._executor,
                     on_lingering=lingering.append,
                     acks=self._acks,
+                    on_body_done=release,
                 )
             self._outcomes[execution.outcome] += 1
             self.metrics.observe(row.queue, execution.outcome)
@@ -455,5 +477,5 @@ class Worker:
                 await asyncio.wait(lingering)
             if self._running.get(row.id, (None, None, None))[2] is asyncio.current_task():
                 self._running.pop(row.id)  # not a newer attempt of the same row
-            self._per_queue[row.queue] -= 1
-            self._kick.set()  # a freed slot refills at once
+            release()  # a body that never ran (or never ended) holds its slot until here
+            self._kick.set()

@@ -19,6 +19,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from pydantic import BaseModel
 
 import durajobs
+from durajobs import tracing
 from durajobs.worker import Worker
 
 
@@ -32,6 +33,7 @@ def exporter() -> InMemorySpanExporter:
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(spans))
     trace.set_tracer_provider(provider)  # once per process: the module shares it
+    tracing._sdk_seen = (float("-inf"), False)  # a worker of an earlier test cached "no SDK"
     return spans
 
 

@@ -1000,3 +1000,37 @@ def test_claimed_rows_start_before_a_slow_hook_of_a_buried_row(database_url):
     began = time.monotonic()
     asyncio.run(_run_until(worker, lambda: bool(started)))
     assert started[0] - began < 1.4  # it did not wait for the buried row's 1.5 s hook
+
+
+def test_a_slot_frees_when_the_body_ends_not_when_its_ack_lands(database_url):
+    """The next claim overlaps the settle of the job before, and bodies never exceed the cap."""
+    registry = _registry(database_url)
+    running = {"now": 0, "most": 0}
+    timeline: list[str] = []
+
+    @registry.job(name="short", input=Item, idempotency_key=lambda i: i.key, tenant="none")
+    async def short(ctx):
+        running["now"] += 1
+        running["most"] = max(running["most"], running["now"])
+        timeline.append(f"start {ctx.input.key}")
+        await asyncio.sleep(0.01)
+        running["now"] -= 1
+
+    for key in ("a", "b"):
+        short.enqueue({"key": key})
+    worker = Worker(registry, database_url, listen=False, concurrency=1)
+    real_run = worker.db.run
+
+    async def slow_acks(call):
+        if call.function == "jobs.ack_many_v1":
+            timeline.append("ack sent")
+            await asyncio.sleep(0.5)
+            answer = await real_run(call)
+            timeline.append("ack landed")
+            return answer
+        return await real_run(call)
+
+    worker.db.run = slow_acks  # type: ignore[method-assign]
+    asyncio.run(_run_until(worker, lambda: worker.stats().completed == 2))
+    assert running["most"] == 1, "the cap on running bodies still holds"
+    assert timeline.index("start b") < timeline.index("ack landed"), timeline
