@@ -11,6 +11,7 @@ from typing import Protocol, TypeVar
 from uuid import UUID
 
 from durajobs import calls
+from durajobs.records import SettleResult
 
 T = TypeVar("T")
 
@@ -32,6 +33,10 @@ class AckBatcher:
         self._sender: asyncio.Task[None] | None = None
         self.statements = 0  # for tests and the benchmark
 
+    async def _run(self, call: calls.Call[list[SettleResult]]) -> list[SettleResult]:
+        self.statements += 1
+        return await self._db.run(call)
+
     async def ack(self, id: UUID, claim: int) -> bool:
         loop = asyncio.get_running_loop()
         answer: asyncio.Future[bool] = loop.create_future()
@@ -50,18 +55,22 @@ class AckBatcher:
             self._sender = None
 
     async def _send(self, batch: list[tuple[UUID, int, asyncio.Future[bool]]]) -> None:
-        self.statements += 1
+        call = calls.ack_many(
+            self._worker_id, [id for id, _, _ in batch], [claim for _, claim, _ in batch]
+        )
         try:
-            results = await self._db.run(
-                calls.ack_many(
-                    self._worker_id, [id for id, _, _ in batch], [claim for _, claim, _ in batch]
-                )
-            )
-        except Exception as failure:
-            for _id, _claim, answer in batch:
-                if not answer.done():
-                    answer.set_exception(failure)
-            return
+            results = await self._run(call)
+        except Exception:
+            # one failure would cost every job of the batch a re-run after its lease lapses: try
+            # once more (the pool drops a broken connection). Each ack is fenced on its claim, so
+            # one that did land the first time answers false now, never a second settle.
+            try:
+                results = await self._run(call)
+            except Exception as failure:
+                for _id, _claim, answer in batch:
+                    if not answer.done():
+                        answer.set_exception(failure)
+                return
         for (_id, _claim, answer), result in zip(batch, results, strict=True):
             if not answer.done():
                 answer.set_result(result.landed)

@@ -209,7 +209,8 @@ end;
 $$;
 
 -- jobs.claim_v2: jobs.claim_v1, and for each row whether its run has stored steps, so a worker
--- reads the step history only of runs that have one (most first attempts have none).
+-- reads the step history only of runs that may have one: true past the first attempt, else
+-- whether a step is stored (most first attempts have none).
 -- Arguments, order, answers and errors: those of jobs.claim_v1, plus has_steps.
 -- Locks: those of jobs.claim_v1. Introduced in revision 0006.
 create function jobs.claim_v2(
@@ -246,6 +247,8 @@ as $$
   select c.id, c.run_id, c.name, c.queue, c.input, c.tenant_id, c.state, c.attempt,
          c.max_attempts, c.claim, c.priority, c.run_at, c.created_at, c.lease_expires_at,
          c.last_error, c.traceparent, c.enqueued_by,
-         exists (select 1 from jobs.steps s where s.run_id = c.run_id)
+         -- a run past its first attempt always reads its history: a body whose lease lapsed
+         -- may have written a step after this statement's snapshot was taken
+         c.attempt > 1 or exists (select 1 from jobs.steps s where s.run_id = c.run_id)
     from jobs.claim_v1(queues, worker_id, batch_size, visibility, drop_exhausted) c
 $$;

@@ -3,9 +3,10 @@
 --
 -- Tables: jobs.counter_buckets. The settling statements (ack, nack, the claim's burial) add to
 -- the current minute's bucket through jobs._count_settled, in the statement that moves the row,
--- so a count never disagrees with the rows. Each backend writes its own shard of a minute, so
--- concurrent workers never queue on one hot row. jobs.rollup_counters folds shards and tiers:
--- 1-minute buckets for 24 hours, 5-minute for 7 days, 1-hour for 30 days, then gone. Every
+-- so a count never disagrees with the rows. Each backend writes one of 64 shards of a minute
+-- (its pid modulo 64), so concurrent workers rarely meet on one row, and only briefly when they
+-- do. jobs.rollup_counters folds shards and tiers: 1-minute buckets for 24 hours, 5-minute for
+-- 7 days, 1-hour for 30 days, then gone. Every
 -- settled attempt sits in exactly one row at any time, so readers sum across tiers.
 
 create table jobs.counter_buckets (
@@ -71,9 +72,11 @@ as $$
     insert into jobs.counter_buckets as c
            (tier, bucket, name, shard, done, retried, failed, dead, duration_ms)
     select '1m', jobs._bucket(interval '1 minute', settled_at), t.name,
-           (pg_backend_pid() % 16)::smallint, t.done, t.retried, t.failed, t.dead,
+           (pg_backend_pid() % 64)::smallint, t.done, t.retried, t.failed, t.dead,
            t.duration_ms
       from tallied t
+     -- one lock order for every statement: two backends sharing a shard never deadlock
+     order by t.name
     on conflict (tier, bucket, name, shard) do update
        set done = c.done + excluded.done,
            retried = c.retried + excluded.retried,

@@ -2,7 +2,7 @@
 -- the lease and claim token, re-taking a dead worker's rows, and burying exhausted ones (R40).
 begin;
 \ir fixtures/factory.sql
-select plan(77);
+select plan(78);
 
 set local durajobs.now = '2026-01-01 00:00:00+00';
 
@@ -283,6 +283,15 @@ select results_eq(
       from jobs.claim_v2(queues => array['q-v2s'], worker_id => 'w2')$$,
   format($$values (%L::uuid, true, %s::bigint)$$, :'v2_stepped', :v2s_claim + 1),
   'claim_v2 answers a re-taken run that stored a step with has_steps true and a new claim');
+-- past the first attempt the history is always read: a lapsed body may write a step after the
+-- claim's snapshot, so has_steps cannot trust what it sees
+select jobs_test.enqueue(name => 'v2-retake', queue => 'q-v2r') as v2_retake \gset
+select jobs_test.claim_one(queue => 'q-v2r') \g /dev/null
+select jobs_test.lapse(:'v2_retake') \g /dev/null
+select results_eq(
+  $$select attempt, has_steps from jobs.claim_v2(queues => array['q-v2r'], worker_id => 'w2')$$,
+  $$values (2, true)$$,
+  'claim_v2 answers has_steps true for a second attempt even with no step stored');
 select throws_ok($$select * from jobs.claim_v2(queues => array[]::text[], worker_id => 'w')$$,
                  'JQ006', null, 'claim_v2 refuses an empty queue list as claim_v1 does');
 

@@ -280,12 +280,12 @@ def test_concurrent_settles_of_one_job_name_do_not_queue_on_one_counter_row(data
     try:
         holder_pid = holder.info.backend_pid
         assert holder.execute(*_ack(first)).fetchone() == (True,)  # its transaction stays open
-        # another backend on a different shard (the shard is the backend pid mod 16)
+        # another backend on a different shard (the shard is the backend pid mod 64)
         others = []
         while True:
             other = psycopg.connect(database_url, autocommit=True)
             others.append(other)
-            if other.info.backend_pid % 16 != holder_pid % 16:
+            if other.info.backend_pid % 64 != holder_pid % 64:
                 break
         other.execute("set lock_timeout = '2s'")
         assert other.execute(*_ack(second)).fetchone() == (True,)
