@@ -11,18 +11,16 @@ fetching, waits for the jobs in flight to finish and unregisters itself.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
-import json
 import logging
 import signal
 import sys
 import time
-from collections.abc import Awaitable, Callable
 from importlib.metadata import version
 from typing import Any
 
 import procrastinate
+from contract import Actions, Tally, emit, enqueue_at_rate, main
 from procrastinate.types import JSONDict
 
 QUEUE = "bench"
@@ -56,48 +54,6 @@ CONFIG = (
 )
 
 
-def _emit(document: dict[str, Any]) -> None:
-    """Print one JSON line on stdout, flushed at once (the harness reads line by line)."""
-    print(json.dumps(document), flush=True)
-
-
-def _peak_rss_kb() -> int:
-    """The process's peak resident set size (VmHWM) in kB."""
-    with open("/proc/self/status") as status:
-        for line in status:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1])
-    return 0
-
-
-class Tally:
-    """What the handler saw: how many runs, which `i`s, first start and last end."""
-
-    def __init__(self, count: int | None, *, report_each: bool = False) -> None:
-        self.count = count
-        self.report_each = report_each
-        self.runs = 0
-        self.seen: set[int] = set()
-        self.first_start: float | None = None
-        self.last_end = 0.0
-        # Set by the handler once `count` runs are done, or by SIGTERM/SIGINT.
-        self.done = asyncio.Event()
-
-    def on_start(self, i: int) -> None:
-        now = time.time()
-        if self.first_start is None:
-            self.first_start = now
-        if self.report_each:
-            _emit({"i": i, "started": now})
-
-    def on_end(self, i: int) -> None:
-        self.runs += 1
-        self.seen.add(i)
-        self.last_end = time.time()
-        if self.count is not None and self.runs >= self.count:
-            self.done.set()
-
-
 def _app(url: str, pool_size: int, tally: Tally | None = None) -> procrastinate.App:
     """The App with its one task; the pool opens `pool_size` connections up front."""
     app = procrastinate.App(
@@ -127,7 +83,7 @@ async def _setup(url: str) -> None:
 
 def setup(url: str) -> None:
     asyncio.run(_setup(url))
-    _emit({"ok": True})
+    emit({"ok": True})
 
 
 # -- enqueue -----------------------------------------------------------------------------------
@@ -157,7 +113,7 @@ async def _enqueue(url: str, count: int, mode: str, start: int) -> float:
 
 def enqueue(url: str, count: int, mode: str, start: int) -> None:
     seconds = asyncio.run(_enqueue(url, count, mode, start))
-    _emit({"seconds": seconds})
+    emit({"seconds": seconds})
 
 
 # -- the worker (work, latency, idle) ------------------------------------------------------------
@@ -186,63 +142,21 @@ async def _run_worker(url: str, tally: Tally) -> None:
 def work(url: str, count: int) -> None:
     tally = Tally(count)
     asyncio.run(_run_worker(url, tally))
-    _emit(
-        {
-            "runs": tally.runs,
-            "unique": len(tally.seen),
-            "first_start": tally.first_start,
-            "last_end": tally.last_end,
-            "peak_rss_kb": _peak_rss_kb(),
-            "config": CONFIG,
-        }
-    )
+    tally.emit_work(CONFIG)
 
 
 def latency(url: str, count: int) -> None:
     tally = Tally(count, report_each=True)
     asyncio.run(_run_worker(url, tally))
-    _emit({"runs": tally.runs})
+    emit({"runs": tally.runs})
 
 
 def idle(url: str) -> None:
     asyncio.run(_run_worker(url, Tally(None)))
-    _emit({"ok": True})
+    emit({"ok": True})
 
 
 # -- produce -----------------------------------------------------------------------------------
-
-# The pacing of `produce`'s `rate R S` line, and how late past S it may still catch up.
-TICK = 0.01
-GRACE = 0.1
-
-
-async def _enqueue_at_rate(
-    enqueue_range: Callable[[int, int], Awaitable[object]],
-    first: int,
-    rate: float,
-    seconds: float,
-) -> int:
-    """Enqueue int(R * S) jobs numbered from `first`, job k due k / R seconds after the start.
-
-    Paced in 10 ms ticks: each tick enqueues every job due by then in ONE `enqueue_range(lo, hi)`
-    call (jobs lo .. hi-1 through the bulk API, so one transaction per tick); a tick that
-    overruns is caught up by the next one. A producer still owing jobs GRACE after S gives up,
-    so the count it returns shows that it fell behind. Returns how many it enqueued.
-    """
-    total = int(rate * seconds)
-    began = time.perf_counter()
-    sent = 0
-    while sent < total:
-        elapsed = time.perf_counter() - began
-        if elapsed > seconds + GRACE:
-            break
-        due = min(total, int(elapsed * rate) + 1)
-        if due > sent:
-            await enqueue_range(first + sent, first + due)
-            sent = due
-        if sent < total:
-            await asyncio.sleep(TICK - (time.perf_counter() - began) % TICK)
-    return sent
 
 
 async def _produce(url: str, start: int) -> None:
@@ -254,16 +168,16 @@ async def _produce(url: str, start: int) -> None:
             words = line.split()
             if words == ["one"]:
                 await task.defer_async(i=next_i)
-                _emit({"i": next_i, "committed": time.time()})
+                emit({"i": next_i, "committed": time.time()})
                 next_i += 1
             elif len(words) == 3 and words[0] == "rate":
 
                 async def bulk(lo: int, hi: int) -> None:
                     await _defer_bulk(task, lo, hi)
 
-                sent = await _enqueue_at_rate(bulk, next_i, float(words[1]), float(words[2]))
+                sent = await enqueue_at_rate(bulk, next_i, float(words[1]), float(words[2]))
                 next_i += sent
-                _emit({"enqueued": sent})
+                emit({"enqueued": sent})
 
 
 def produce(url: str, start: int) -> None:
@@ -273,34 +187,9 @@ def produce(url: str, start: int) -> None:
 # -- command line ------------------------------------------------------------------------------
 
 
-def main() -> None:
+if __name__ == "__main__":
     logging.basicConfig(stream=sys.stderr, level=logging.WARNING)
     # The App is built in this script, which runs as __main__; procrastinate warns about that
     # for apps whose tasks live in other modules, which is not the case here.
     logging.getLogger("procrastinate.blueprints").setLevel(logging.ERROR)
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument(
-        "action", choices=["setup", "enqueue", "work", "latency", "produce", "idle"]
-    )
-    parser.add_argument("--database-url", required=True)
-    parser.add_argument("--count", type=int, default=0)
-    parser.add_argument("--mode", choices=["single", "bulk"], default="single")
-    parser.add_argument("--start", type=int, default=0)
-    args = parser.parse_args()
-    url: str = args.database_url
-    if args.action == "setup":
-        setup(url)
-    elif args.action == "enqueue":
-        enqueue(url, args.count, args.mode, args.start)
-    elif args.action == "work":
-        work(url, args.count)
-    elif args.action == "latency":
-        latency(url, args.count)
-    elif args.action == "produce":
-        produce(url, args.start)
-    else:
-        idle(url)
-
-
-if __name__ == "__main__":
-    main()
+    main(Actions(setup, enqueue, work, latency, produce, idle), __doc__)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import importlib
 import json
 import logging
 import os
@@ -12,25 +11,12 @@ import signal
 import sys
 from collections.abc import Sequence
 from dataclasses import asdict
-from datetime import datetime
 from typing import Any
 
+from durajobs.cli_support import database_url, instant, load_registry
 from durajobs.client import Client
-from durajobs.declarations import Registry
-from durajobs.errors import ArgumentInvalid, DurajobsError, JobInputInvalid
+from durajobs.errors import DurajobsError, JobInputInvalid
 from durajobs.migrations import HEAD, migrate
-
-
-class DatabaseUrlMissing(DurajobsError):
-    code = "X_DATABASE_URL_MISSING"
-    fix = "pass --database-url postgresql://... or export DATABASE_URL"
-
-
-def _database_url(given: str | None) -> str:
-    url = given or os.environ.get("DATABASE_URL")
-    if not url:
-        raise DatabaseUrlMissing("no database to talk to")
-    return url
 
 
 def _json_object(text: str) -> dict[str, Any]:
@@ -43,18 +29,8 @@ def _json_object(text: str) -> dict[str, Any]:
     return value
 
 
-def _instant(text: str) -> datetime:
-    try:
-        instant = datetime.fromisoformat(text)
-    except ValueError:
-        raise ArgumentInvalid(f"--run-at is not an ISO 8601 instant: {text!r}") from None
-    if instant.tzinfo is None:
-        raise ArgumentInvalid(f"--run-at needs a time zone, e.g. {text}+00:00")
-    return instant
-
-
 def _cmd_migrate(args: argparse.Namespace) -> int:
-    migrate(_database_url(args.database_url), args.revision)
+    migrate(database_url(args.database_url), args.revision)
     print(f"jobs schema at revision {args.revision}")
     return 0
 
@@ -65,10 +41,10 @@ def _cmd_enqueue(args: argparse.Namespace) -> int:
         "tenant_id": args.tenant,
         "priority": args.priority,
         "max_attempts": args.max_attempts,
-        "run_at": _instant(args.run_at) if args.run_at else None,
+        "run_at": instant(args.run_at, "--run-at") if args.run_at else None,
     }
     payload = _json_object(args.input)
-    with Client.connect(_database_url(args.database_url)) as client:
+    with Client.connect(database_url(args.database_url)) as client:
         result = client.enqueue(args.name, payload, args.key, **options)
     answer = {
         key: str(value) if key != "deduped" else value for key, value in asdict(result).items()
@@ -96,26 +72,14 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     return 0
 
 
-def _load_registry(spec: str) -> Registry:
-    module_name, _, attribute = spec.partition(":")
-    if not module_name or not attribute:
-        raise ArgumentInvalid(f"--app must be module:attribute, got {spec!r}")
-    sys.path.insert(0, os.getcwd())
-    module = importlib.import_module(module_name)
-    registry = getattr(module, attribute, None)
-    if not isinstance(registry, Registry):
-        raise ArgumentInvalid(f"{spec} is not a durajobs Registry")
-    return registry
-
-
 def _cmd_worker(args: argparse.Namespace) -> int:
     from durajobs.logs import configure
     from durajobs.worker import Worker
 
     configure()
-    registry = _load_registry(args.app)
+    registry = load_registry(args.app)
     queues = [q for q in args.queues.split(",") if q] if args.queues else None
-    url = _database_url(args.database_url)
+    url = database_url(args.database_url)
     worker = Worker(
         registry,
         url,
@@ -164,8 +128,8 @@ def _cmd_relay(args: argparse.Namespace) -> int:
 
     configure()
     relay = OutboxRelay(
-        args.source_url or _database_url(args.database_url),
-        _database_url(args.database_url),
+        args.source_url or database_url(args.database_url),
+        database_url(args.database_url),
         batch_size=args.batch_size,
     )
 
@@ -184,7 +148,7 @@ def _cmd_scheduler(args: argparse.Namespace) -> int:
     from durajobs.scheduler import Scheduler
 
     configure()
-    scheduler = Scheduler(_load_registry(args.app), _database_url(args.database_url))
+    scheduler = Scheduler(load_registry(args.app), database_url(args.database_url))
 
     async def run() -> None:
         loop = asyncio.get_running_loop()
@@ -259,7 +223,7 @@ def _parser() -> argparse.ArgumentParser:
 
     from durajobs.operator_cli import add_operator_commands
 
-    add_operator_commands(commands, with_database, _database_url, _load_registry)
+    add_operator_commands(commands, with_database)
     return parser
 
 

@@ -541,53 +541,39 @@ class _Settler:
     acks: AckBatcher | None = None
 
     async def ack(self) -> bool:
-        if self.progress is not None:
-            await self.progress.flush()  # the last report lands before the row leaves running
-        call = calls.ack(self.claimed.id, self.worker_id, self.claimed.claim)
+        claimed = self.claimed
         if self.acks is not None:
-            batcher = self.acks
-
-            async def batched() -> bool:
-                return await batcher.ack(self.claimed.id, self.claimed.claim)
-
-            return await _settle(self.db, self.lease, call, self.claimed, send=batched)
-        return await _settle(self.db, self.lease, call, self.claimed)
+            return await self._settle(self.acks.ack(claimed.id, claimed.claim))
+        return await self._settle(self.db.run(calls.ack(claimed.id, self.worker_id, claimed.claim)))
 
     async def nack(self, **options: Any) -> bool:
-        if self.progress is not None:
-            await self.progress.flush()
-        call = calls.nack(self.claimed.id, self.worker_id, self.claimed.claim, **options)
-        return await _settle(self.db, self.lease, call, self.claimed)
+        claimed = self.claimed
+        call = calls.nack(claimed.id, self.worker_id, claimed.claim, **options)
+        return await self._settle(self.db.run(call))
 
+    async def _settle(self, sending: Awaitable[bool]) -> bool:
+        """Send the one settle of this attempt; a miss or a failure is logged, never raised.
 
-async def _settle(
-    db: Database,
-    lease: Lease,
-    call: calls.Call[bool],
-    claimed: ClaimedJob,
-    *,
-    send: Callable[[], Awaitable[bool]] | None = None,
-) -> bool:
-    """Send the one settle of this attempt; a miss or a failure is logged, never raised.
-
-    `send` replaces running `call` alone (the worker's batched acks).
-    """
-    lease.stop()
-    try:
-        landed = await (send() if send is not None else db.run(call))
-    except Exception as failure:
-        log.error(
-            "jobs.settle.failed",
-            extra={
-                "job": claimed.name,
-                "id": str(claimed.id),
-                "error": _error_text(failure),
-            },
-        )
-        return False
-    if landed is False:
-        log.warning("jobs.settle.unowned", extra={"job": claimed.name, "id": str(claimed.id)})
-    return bool(landed)
+        `sending` is not started until the last progress report has landed and the lease keeper
+        has stopped (a renewal racing the settle is not a loss).
+        """
+        claimed = self.claimed
+        try:
+            if self.progress is not None:
+                await self.progress.flush()  # the last report lands before the row leaves running
+            self.lease.stop()
+            landed = await sending
+        except Exception as failure:
+            if inspect.iscoroutine(sending):
+                sending.close()  # never started if the failure came first: no stray warning
+            log.error(
+                "jobs.settle.failed",
+                extra={"job": claimed.name, "id": str(claimed.id), "error": _error_text(failure)},
+            )
+            return False
+        if landed is False:
+            log.warning("jobs.settle.unowned", extra={"job": claimed.name, "id": str(claimed.id)})
+        return bool(landed)
 
 
 async def _on_settled(job: Job[Any], claimed: ClaimedJob, execution: JobExecution) -> None:

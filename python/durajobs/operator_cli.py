@@ -71,13 +71,13 @@ from __future__ import annotations
 import argparse
 import json
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from textwrap import indent
 from typing import TYPE_CHECKING, Any, TypeAlias
 from uuid import UUID
 
 from durajobs import calls, render
+from durajobs.cli_support import database_url, instant, load_registry
 from durajobs.client import Client
 from durajobs.errors import (
     ArgumentInvalid,
@@ -100,21 +100,11 @@ from durajobs.records import (
 )
 
 if TYPE_CHECKING:
-    from durajobs.declarations import Registry
+    pass
 
 Subcommands: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
 WithDatabase: TypeAlias = Callable[[argparse.ArgumentParser], argparse.ArgumentParser]
 Run: TypeAlias = Callable[[argparse.Namespace], int]
-
-
-@dataclass(frozen=True, slots=True)
-class Shell:
-    """What the commands borrow from `durajobs.cli`, handed over at registration. Never imported:
-    under `python -m durajobs.cli` an import would load cli a second time, and its error classes
-    would register their codes twice."""
-
-    database_url: Callable[[str | None], str]
-    load_registry: Callable[[str], Registry]
 
 
 DEFAULT_PAGE = 100
@@ -134,18 +124,8 @@ def _job_id(text: str) -> UUID:
         ) from None
 
 
-def _instant(text: str, option: str) -> datetime:
-    try:
-        instant = datetime.fromisoformat(text)
-    except ValueError:
-        raise ArgumentInvalid(f"{option} is not an ISO 8601 instant: {text!r}") from None
-    if instant.tzinfo is None:
-        raise ArgumentInvalid(f"{option} needs a time zone, e.g. {text}+00:00")
-    return instant
-
-
 def _optional_instant(text: str | None, option: str) -> datetime | None:
-    return None if text is None else _instant(text, option)
+    return None if text is None else instant(text, option)
 
 
 # the fixes jobs.error_codes gives are SQL calls; an operator at a shell gets the command
@@ -191,8 +171,7 @@ def _speaking_commands(run: Run) -> Run:
 
 
 def _connect(args: argparse.Namespace) -> Client:
-    shell: Shell = args.shell
-    return Client.connect(shell.database_url(args.database_url))
+    return Client.connect(database_url(args.database_url))
 
 
 def _answer(args: argparse.Namespace, document: Any, human: str) -> int:
@@ -375,8 +354,7 @@ def _detail_text(detail: JobDetail, app: str | None) -> str:
 
 
 def _cmd_jobs_show(args: argparse.Namespace) -> int:
-    shell: Shell = args.shell
-    registry = shell.load_registry(args.app) if args.app else None
+    registry = load_registry(args.app) if args.app else None
     with _connect(args) as client:
         detail = client.inspect_job(args.id, registry=registry)
     return _answer(args, detail.as_json(), _detail_text(detail, args.app))
@@ -636,7 +614,7 @@ def _cmd_workers(args: argparse.Namespace) -> int:
 
 def _since(args: argparse.Namespace) -> datetime:
     if args.since is not None:
-        return _instant(args.since, "--since")
+        return instant(args.since, "--since")
     minutes = DEFAULT_COUNTER_MINUTES if args.minutes is None else args.minutes
     if minutes <= 0:
         raise ArgumentInvalid(f"--minutes must be more than 0, got {minutes:g}")
@@ -830,20 +808,8 @@ def _add_counters(commands: Subcommands, with_database: WithDatabase) -> None:
     counters.add_argument("--buckets", action="store_true", help="every bucket, not totals")
 
 
-TOP_LEVEL = ("jobs", "queues", "tasks", "workers", "counters")
-
-
-def add_operator_commands(
-    commands: Subcommands,
-    with_database: WithDatabase,
-    database_url: Callable[[str | None], str],
-    load_registry: Callable[[str], Registry],
-) -> None:
-    """Register jobs, queues, tasks, workers and counters on the `durajobs` parser.
-
-    `database_url` answers the URL to use given --database-url (or raises its X_* error);
-    `load_registry` answers the Registry a `module:attribute` spec names.
-    """
+def add_operator_commands(commands: Subcommands, with_database: WithDatabase) -> None:
+    """Register jobs, queues, tasks, workers and counters on the `durajobs` parser."""
     jobs = commands.add_parser("jobs", help="list, inspect and act on jobs")
     actions = jobs.add_subparsers(dest="jobs_command", required=True)
     _add_jobs_list(actions, with_database)
@@ -853,7 +819,3 @@ def add_operator_commands(
     _add_tasks(commands, with_database)
     _leaf(commands, "workers", "the live workers", _cmd_workers, with_database)
     _add_counters(commands, with_database)
-    shell = Shell(database_url, load_registry)
-    for name in TOP_LEVEL:
-        # a subcommand copies only its own defaults over its parent's, so the shell reaches all
-        commands.choices[name].set_defaults(shell=shell)

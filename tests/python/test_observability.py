@@ -20,6 +20,7 @@ from durajobs.execution import JobContext
 from durajobs.progress import checked
 from durajobs.retry import RetryPolicy
 from durajobs.worker import Worker
+from running import run_until
 
 
 class Item(BaseModel):
@@ -31,19 +32,6 @@ class Item(BaseModel):
 def _rows(database_url, query, params=()):
     with psycopg.connect(database_url, autocommit=True) as connection:
         return connection.execute(query, params).fetchall()
-
-
-async def _run_until(worker: Worker, done, *, timeout: float = 20.0) -> None:
-    runner = asyncio.ensure_future(worker.run())
-    try:
-        deadline = time.monotonic() + timeout
-        while not done():
-            assert time.monotonic() < deadline, "the worker did not get there in time"
-            assert not runner.done(), runner.exception() if runner.done() else None
-            await asyncio.sleep(0.02)
-    finally:
-        worker.stop()
-        await asyncio.wait_for(runner, 30)
 
 
 def _counting(worker: Worker, function: str) -> list[str]:
@@ -91,7 +79,7 @@ def test_progress_is_throttled_and_its_last_report_lands_before_the_settle(datab
     registry.get("loop").enqueue({"key": "p", "reports": 40})  # about two seconds of reports
     worker = Worker(registry, database_url, listen=False)
     writes = _counting(worker, "jobs.progress_v1")
-    asyncio.run(_run_until(worker, lambda: _state(database_url, "p") == "done"))
+    asyncio.run(run_until(worker, lambda: _state(database_url, "p") == "done"))
 
     [(progress,)] = _rows(database_url, "select progress from jobs.jobs where idempotency_key='p'")
     assert (progress["done"], progress["total"], progress["note"]) == (40, 40, "row 40")
@@ -150,7 +138,7 @@ def test_a_running_worker_is_listed_with_what_it_holds_and_forgotten_when_it_sto
             return True
         return False
 
-    asyncio.run(_run_until(worker, listed))
+    asyncio.run(run_until(worker, listed))
     row = seen["row"]
     assert row.id == worker.worker_id
     assert (row.queues, row.slots, row.in_flight, row.in_flight_count) == (
@@ -231,7 +219,7 @@ def test_the_counters_move_with_what_the_worker_settles(database_url):
     worker = Worker(registry, database_url, listen=False)
     keys = ("a", "b", "c", "bad", "sleeper")
     finished = {"done", "dead"}
-    asyncio.run(_run_until(worker, lambda: all(_state(database_url, k) in finished for k in keys)))
+    asyncio.run(run_until(worker, lambda: all(_state(database_url, k) in finished for k in keys)))
 
     with durajobs.Client.connect(database_url) as client:
         [total] = client.counter_totals()
@@ -337,7 +325,7 @@ def test_the_worker_serves_its_series_and_the_queue_gauges(database_url):
             scraped["text"] = answer.read().decode()
         return True
 
-    asyncio.run(_run_until(worker, scraped_after_both))
+    asyncio.run(run_until(worker, scraped_after_both))
     text = scraped["text"]
     assert 'jobs_total{outcome="ok",queue="default"} 1.0' in text
     assert 'jobs_total{outcome="dead",queue="default"} 1.0' in text

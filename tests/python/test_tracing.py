@@ -8,7 +8,6 @@ import asyncio
 import os
 import subprocess
 import sys
-import time
 
 import psycopg
 import pytest
@@ -21,6 +20,7 @@ from pydantic import BaseModel
 import durajobs
 from durajobs import tracing
 from durajobs.worker import Worker
+from running import run_until
 
 
 class Item(BaseModel):
@@ -35,18 +35,6 @@ def exporter() -> InMemorySpanExporter:
     trace.set_tracer_provider(provider)  # once per process: the module shares it
     tracing._sdk_seen = (float("-inf"), False)  # a worker of an earlier test cached "no SDK"
     return spans
-
-
-async def _run_until(worker: Worker, done, *, timeout: float = 20.0) -> None:
-    runner = asyncio.ensure_future(worker.run())
-    try:
-        deadline = time.monotonic() + timeout
-        while not done():
-            assert time.monotonic() < deadline, "the worker did not get there in time"
-            await asyncio.sleep(0.02)
-    finally:
-        worker.stop()
-        await asyncio.wait_for(runner, 30)
 
 
 def _row(database_url, key):
@@ -89,7 +77,7 @@ def test_the_run_is_a_child_of_the_span_that_enqueued_it(database_url, exporter,
     )
 
     worker = Worker(registry, database_url, listen=False)
-    asyncio.run(_run_until(worker, lambda: _row(database_url, "t")[0] == "done"))
+    asyncio.run(run_until(worker, lambda: _row(database_url, "t")[0] == "done"))
 
     spans = {span.name: span for span in exporter.get_finished_spans()}
     run, inside = spans["job traced"], spans["inside"]

@@ -16,6 +16,7 @@ from durajobs import calls
 from durajobs.errors import ConfigInvalid
 from durajobs.retry import RetryPolicy
 from durajobs.worker import Worker
+from running import run_until
 
 
 class Item(BaseModel):
@@ -40,20 +41,6 @@ def _body_that_notes_its_cancel(registry, name, seen):
             raise
 
     return body
-
-
-async def _run_until(worker: Worker, done, *, timeout: float = 20.0) -> None:
-    """Run `worker` until `done()` is true, then stop it and wait for it."""
-    runner = asyncio.ensure_future(worker.run())
-    try:
-        deadline = time.monotonic() + timeout
-        while not done():
-            assert time.monotonic() < deadline, "the worker did not get there in time"
-            assert not runner.done(), runner.exception() if runner.done() else None
-            await asyncio.sleep(0.02)
-    finally:
-        worker.stop()
-        await asyncio.wait_for(runner, 30)
 
 
 def _rows(database_url, query, params=()):
@@ -108,7 +95,7 @@ def test_three_backlogged_queues_on_a_cap_of_one_take_turns(database_url):
             registry.get(f"job-{queue}").enqueue({"key": f"{queue}{n}"})
 
     worker = Worker(registry, database_url, queues=["a", "b", "c"], max_in_flight=1, listen=False)
-    asyncio.run(_run_until(worker, lambda: len(order) == 9))
+    asyncio.run(run_until(worker, lambda: len(order) == 9))
     assert order == ["a", "b", "c"] * 3
 
 
@@ -122,7 +109,7 @@ def test_idle_backoff_doubles_to_the_ceiling(database_url):
         poll_floor=timedelta(milliseconds=10),
         idle_ceiling=timedelta(milliseconds=80),
     )
-    asyncio.run(_run_until(worker, lambda: len(worker.idle_waits) >= 6))
+    asyncio.run(run_until(worker, lambda: len(worker.idle_waits) >= 6))
     assert worker.idle_waits[:6] == [0.01, 0.02, 0.04, 0.08, 0.08, 0.08]
 
 
@@ -228,7 +215,7 @@ def test_a_claim_pass_that_fails_never_kills_the_loop(database_url, caplog):
 
     worker.db.run = flaky  # type: ignore[method-assign]
     with caplog.at_level(logging.ERROR, logger="durajobs"):
-        asyncio.run(_run_until(worker, lambda: ran == ["k"]))
+        asyncio.run(run_until(worker, lambda: ran == ["k"]))
     assert any(r.getMessage() == "jobs.worker.claim-failed" for r in caplog.records)
 
 
@@ -257,7 +244,7 @@ def test_a_retry_due_within_a_minute_gets_a_local_timer(database_url):
         poll_floor=timedelta(minutes=1),
         idle_ceiling=timedelta(minutes=1),
     )
-    asyncio.run(_run_until(worker, lambda: len(attempts) == 2, timeout=20))
+    asyncio.run(run_until(worker, lambda: len(attempts) == 2, timeout=20))
     assert attempts[1] - attempts[0] < 10
 
 
@@ -273,7 +260,7 @@ def test_heartbeats_keep_a_job_longer_than_its_lease(database_url, caplog):
     job = longer.enqueue({"key": "k"})
     worker = Worker(registry, database_url, listen=False, visibility=timedelta(milliseconds=600))
     with caplog.at_level(logging.INFO, logger="durajobs"):
-        asyncio.run(_run_until(worker, lambda: done == [1]))
+        asyncio.run(run_until(worker, lambda: done == [1]))
     assert _rows(
         database_url, "select state, attempt, claims from jobs.jobs where id = %s", [job.id]
     ) == [("done", 1, 1)]
@@ -375,7 +362,7 @@ def test_a_final_attempt_whose_lease_lapsed_is_buried_and_reported(database_url,
         )
     worker = Worker(registry, database_url, listen=False)
     with caplog.at_level(logging.ERROR, logger="durajobs"):
-        asyncio.run(_run_until(worker, lambda: bool(settled)))
+        asyncio.run(run_until(worker, lambda: bool(settled)))
     assert settled[0].outcome == "dead-lettered"
     assert settled[0].error == "LEASE_LAPSED_FINAL_ATTEMPT"
     assert any(r.getMessage() == "jobs.claim.exhausted" for r in caplog.records)
@@ -484,7 +471,7 @@ def test_a_job_this_deploy_does_not_know_is_parked(database_url):
         unknown = durajobs.execute(connection, calls.enqueue("from-the-future", {}, "k"))
     worker = Worker(registry, database_url, listen=False)
     worker.keep_executions = True
-    asyncio.run(_run_until(worker, lambda: bool(worker.executions)))
+    asyncio.run(run_until(worker, lambda: bool(worker.executions)))
     assert worker.executions[0].outcome is durajobs.Outcome.PARKED
     state, attempt, last_error, later = _rows(
         database_url,
@@ -515,7 +502,7 @@ def test_a_hung_heartbeat_is_a_lost_lease_after_one_window(database_url, caplog)
 
     worker.db.run = hanging  # type: ignore[method-assign]
     with caplog.at_level(logging.INFO, logger="durajobs"):
-        asyncio.run(_run_until(worker, lambda: bool(worker.executions)))
+        asyncio.run(run_until(worker, lambda: bool(worker.executions)))
     assert seen[:2] == ["started", "cancelled"]
     assert worker.executions[0].outcome is durajobs.Outcome.LEASE_LOST
     # the row's lease really lapsed, so it may be re-taken meanwhile: one report per lost attempt
@@ -546,7 +533,7 @@ def test_a_renewal_racing_the_ack_is_not_a_loss(database_url, caplog):
 
     worker.db.run = slow_heartbeat  # type: ignore[method-assign]
     with caplog.at_level(logging.INFO, logger="durajobs"):
-        asyncio.run(_run_until(worker, lambda: len(worker.executions) == 5))
+        asyncio.run(run_until(worker, lambda: len(worker.executions) == 5))
     assert {e.outcome for e in worker.executions} == {durajobs.Outcome.COMPLETED}
     assert not [r for r in caplog.records if r.getMessage() == "jobs.lease.lost"]
 
@@ -573,7 +560,7 @@ def test_a_slow_on_settled_hook_is_not_a_lease_loss(database_url, caplog):
     hooked_job.enqueue({"key": "k"})
     worker = Worker(registry, database_url, listen=False, visibility=timedelta(milliseconds=600))
     with caplog.at_level(logging.INFO, logger="durajobs"):
-        asyncio.run(_run_until(worker, lambda: hooked == ["completed"]))
+        asyncio.run(run_until(worker, lambda: hooked == ["completed"]))
     assert not [r for r in caplog.records if r.getMessage() == "jobs.lease.lost"]
 
 
@@ -703,7 +690,7 @@ def test_a_queue_no_job_names_is_polled_and_reported_once(database_url, caplog):
     rerouted.enqueue({"key": "k"}, queue="elsewhere")
     worker = Worker(registry, database_url, queues=["elsewhere"], listen=False)
     with caplog.at_level(logging.INFO, logger="durajobs"):
-        asyncio.run(_run_until(worker, lambda: ran == ["elsewhere"]))
+        asyncio.run(run_until(worker, lambda: ran == ["elsewhere"]))
     reports = [r for r in caplog.records if r.getMessage() == "jobs.worker.queue-unregistered"]
     assert [getattr(r, "queue", None) for r in reports] == ["elsewhere"]
 
@@ -728,7 +715,7 @@ def test_an_ack_that_fails_is_not_a_job_failure(database_url, caplog):
 
     worker.db.run = failing_ack  # type: ignore[method-assign]
     with caplog.at_level(logging.ERROR, logger="durajobs"):
-        asyncio.run(_run_until(worker, lambda: bool(worker.executions)))
+        asyncio.run(run_until(worker, lambda: bool(worker.executions)))
     assert worker.executions[0].outcome is durajobs.Outcome.UNOWNED
     assert any(r.getMessage() == "jobs.settle.failed" for r in caplog.records)
     assert _rows(
@@ -754,7 +741,7 @@ def test_a_sleep_due_within_a_minute_resumes_on_a_local_timer(database_url):
         poll_floor=timedelta(minutes=1),
         idle_ceiling=timedelta(minutes=1),
     )
-    asyncio.run(_run_until(worker, lambda: finished == ["k"], timeout=15))
+    asyncio.run(run_until(worker, lambda: finished == ["k"], timeout=15))
 
 
 def test_a_heartbeat_that_fails_once_is_a_warning_not_a_loss(database_url, caplog):
@@ -779,7 +766,7 @@ def test_a_heartbeat_that_fails_once_is_a_warning_not_a_loss(database_url, caplo
 
     worker.db.run = flaky  # type: ignore[method-assign]
     with caplog.at_level(logging.INFO, logger="durajobs"):
-        asyncio.run(_run_until(worker, lambda: bool(worker.executions)))
+        asyncio.run(run_until(worker, lambda: bool(worker.executions)))
     messages = [r.getMessage() for r in caplog.records]
     assert "jobs.heartbeat.failed" in messages
     assert "jobs.lease.lost" not in messages
@@ -805,7 +792,7 @@ def test_a_per_queue_cap_holds_while_the_worker_runs(database_url):
         registry, database_url, queues=["narrow"], concurrency={"narrow": 2}, listen=False
     )
     worker.keep_executions = True
-    asyncio.run(_run_until(worker, lambda: len(worker.executions) == 12))
+    asyncio.run(run_until(worker, lambda: len(worker.executions) == 12))
     assert running["most"] == 2
 
 
@@ -836,7 +823,7 @@ def test_a_buried_job_is_reported_to_on_settled_once(database_url):
         idle_ceiling=timedelta(milliseconds=40),
     )
     # several more claim passes after the burial: it is reported once
-    asyncio.run(_run_until(worker, lambda: bool(settled) and len(worker.idle_waits) > 5))
+    asyncio.run(run_until(worker, lambda: bool(settled) and len(worker.idle_waits) > 5))
     assert [s.outcome for s in settled] == ["dead-lettered"]
     assert settled[0].input == {"key": "k", "seconds": 0.0}
 
@@ -861,7 +848,7 @@ def test_an_idle_pass_is_one_claim_over_every_queue(database_url):
         return await real_run(call)
 
     worker.db.run = counting  # type: ignore[method-assign]
-    asyncio.run(_run_until(worker, lambda: len(worker.idle_waits) >= 8))
+    asyncio.run(run_until(worker, lambda: len(worker.idle_waits) >= 8))
     assert len(claims) == len(worker.idle_waits)  # one claim per idle pass, not one per queue
     assert all(sorted(queues) == ["a", "b", "c", "d"] for queues in claims)
 
@@ -958,7 +945,7 @@ def test_a_body_that_ignored_its_deadline_keeps_its_slot_until_it_returns(databa
     next_job.enqueue({"key": "b"})
     worker = Worker(registry, database_url, listen=False, max_in_flight=1)
     worker.keep_executions = True
-    asyncio.run(_run_until(worker, lambda: any(e[0] == "next-started" for e in events)))
+    asyncio.run(run_until(worker, lambda: any(e[0] == "next-started" for e in events)))
     order = [name for name, _ in sorted(events, key=lambda e: e[1])]
     assert order == ["stubborn-returned", "next-started"]
     outcomes = {e.name: e.outcome for e in worker.executions}
@@ -998,7 +985,7 @@ def test_claimed_rows_start_before_a_slow_hook_of_a_buried_row(database_url):
     fresh.enqueue({"key": "f"})
     worker = Worker(registry, database_url, listen=False)
     began = time.monotonic()
-    asyncio.run(_run_until(worker, lambda: bool(started)))
+    asyncio.run(run_until(worker, lambda: bool(started)))
     assert started[0] - began < 1.4  # it did not wait for the buried row's 1.5 s hook
 
 
@@ -1031,6 +1018,6 @@ def test_a_slot_frees_when_the_body_ends_not_when_its_ack_lands(database_url):
         return await real_run(call)
 
     worker.db.run = slow_acks  # type: ignore[method-assign]
-    asyncio.run(_run_until(worker, lambda: worker.stats().completed == 2))
+    asyncio.run(run_until(worker, lambda: worker.stats().completed == 2))
     assert running["most"] == 1, "the cap on running bodies still holds"
     assert timeline.index("start b") < timeline.index("ack landed"), timeline
