@@ -38,12 +38,16 @@ class AckBatcher:
         return await self._db.run(call)
 
     async def ack(self, id: UUID, claim: int) -> bool:
+        return await self.ack_soon(id, claim)
+
+    def ack_soon(self, id: UUID, claim: int) -> asyncio.Future[bool]:
+        """Queue an ack; the future answers whether it landed (or holds the send's failure)."""
         loop = asyncio.get_running_loop()
         answer: asyncio.Future[bool] = loop.create_future()
         self._waiting.append((id, claim, answer))
         if self._sender is None:
             self._sender = loop.create_task(self._send_all())
-        return await answer
+        return answer
 
     async def _send_all(self) -> None:
         try:

@@ -90,6 +90,7 @@ def _cmd_worker(args: argparse.Namespace) -> int:
         drain_deadline=args.drain_deadline,
         metrics_port=args.metrics_port,
         metrics_host=args.metrics_host,
+        freeze_gc=True,  # this process is the worker's own
     )
 
     async def run() -> None:

@@ -42,7 +42,7 @@ from durajobs.records import ClaimedJob, EventLookup, StepRecord
 from durajobs.retry import ErrorClass, classify
 from durajobs.signals import CancelSignal
 from durajobs.states import NackTarget, StepStatus
-from durajobs.steps import AsyncSteps, StepSuspension, SyncSteps, new_book
+from durajobs.steps import AsyncSteps, StepBook, StepSuspension, SyncSteps, new_book
 
 log = logging.getLogger(__name__)
 
@@ -205,74 +205,249 @@ async def execute(
 
     A plain `def` handler runs on `executor` (the loop's default when None).
     """
-    started = time.monotonic()
-    job = registry.get(claimed.name)
-    reporter = ProgressReporter(db, claimed, worker_id, asyncio.get_running_loop())
-    settler = _Settler(db, lease, claimed, worker_id, reporter, acks)
+    attempt = Attempt(
+        claimed,
+        registry,
+        db=db,
+        worker_id=worker_id,
+        signal=signal,
+        lease=lease,
+        acks=acks,
+        on_abandoned=on_abandoned,
+    )
+    return await attempt.run(
+        executor=executor, on_lingering=on_lingering, on_body_done=on_body_done
+    )
 
-    def finish(outcome: Outcome, **fields: Any) -> JobExecution:
+
+@dataclass(slots=True)
+class BodyEnding:
+    """How a body ended, as the verdict reads it."""
+
+    result: Any = None
+    error: BaseException | None = None
+    suspension: StepSuspension | None = None
+
+
+class Body:
+    """A started handler: its future, and how to wait for it under the attempt's signal."""
+
+    def __init__(
+        self,
+        job: Job[Any],
+        signal: CancelSignal,
+        future: asyncio.Future[Any] | None,
+        *,
+        refused: BaseException | None = None,
+        on_late: Callable[[], None],
+    ) -> None:
+        self.job, self.signal, self.future = job, signal, future
+        self._refused = refused  # the body never started (its input did not parse)
+        self._on_late = on_late
+
+    def ended_cleanly(self) -> bool:
+        """The body returned a plain value and nothing stopped it: the common case."""
+        future = self.future
+        return (
+            future is not None
+            and future.done()
+            and not future.cancelled()
+            and future.exception() is None
+            and self.signal.reason is None
+            and not inspect.isawaitable(future.result())
+        )
+
+    async def ending(
+        self, on_lingering: Callable[[asyncio.Future[Any]], None] | None = None
+    ) -> BodyEnding:
+        try:
+            return BodyEnding(result=await self._wait(on_lingering))
+        except StepSuspension as parked:
+            return BodyEnding(suspension=parked)
+        except Exception as failure:
+            return BodyEnding(error=failure)
+
+    async def _wait(self, on_lingering: Callable[[asyncio.Future[Any]], None] | None) -> Any:
+        """Wait until the body ends or the signal is set.
+
+        After a drain the body is waited for (the worker's drain deadline bounds it): settling
+        it first would let another worker run a second copy. After a deadline, a lost lease or
+        a cancel, it gets a short grace to unwind, then the attempt ends without it; durable
+        writes it makes later are refused by the signal and the claim fence. A plain def body
+        that keeps running is handed to `on_lingering`, so its worker keeps the slot (and the
+        thread) counted.
+        """
+        if self._refused is not None:
+            raise self._refused
+        task, signal, job = self.future, self.signal, self.job
+        assert task is not None
+        if not task.done() and signal.reason is None:
+            loop = asyncio.get_running_loop()
+            # one future for "the body ended or the signal was set": cheaper than asyncio.wait
+            ended_or_stopped: asyncio.Future[None] = loop.create_future()
+            task.add_done_callback(lambda _task: _resolve(ended_or_stopped))
+            signal.on_cancel(lambda _reason: loop.call_soon_threadsafe(_resolve, ended_or_stopped))
+            await ended_or_stopped
+        if not task.done():
+            grace = None if isinstance(signal.reason, Draining) else UNWIND_GRACE_SECONDS
+            await asyncio.wait({task}, timeout=grace)
+        if not task.done():
+            task.add_done_callback(lambda _task: self._on_late())
+            if on_lingering is not None and not job.is_async:
+                on_lingering(task)
+            raise Aborted("the attempt was cancelled and its body has not stopped", detail={})
+        try:
+            result = task.result()
+        except asyncio.CancelledError:
+            raise Aborted("the attempt was cancelled", detail={}) from None
+        if inspect.isawaitable(result):
+            # a plain def handed back a coroutine: running it here would run its sync steps on
+            # the loop they need; the declaration must say async def (functools.wraps on a
+            # wrapper)
+            if inspect.iscoroutine(result):
+                result.close()
+            raise DeclarationInvalid(
+                f"job {job.name}: the handler is a plain def that returned a coroutine; declare "
+                "it `async def`, or wrap it with functools.wraps",
+                detail={"job": job.name},
+            )
+        return result
+
+
+class Attempt:
+    """One claimed attempt: start its body, then settle the row with one verdict.
+
+    `run()` is the whole of it. A worker may instead `start()` the body itself and, when the
+    body ended cleanly, `settle_soon()` from a callback: no task of its own for the common case.
+    """
+
+    def __init__(
+        self,
+        claimed: ClaimedJob,
+        registry: Registry,
+        *,
+        db: Database,
+        worker_id: str,
+        signal: CancelSignal,
+        lease: Lease,
+        acks: AckBatcher | None = None,
+        on_abandoned: Callable[[JobExecution], None] | None = None,
+    ) -> None:
+        self.began = time.monotonic()
+        self.claimed = claimed
+        self.job = registry.get(claimed.name)
+        self.signal = signal
+        self.lease = lease
+        self._db = db
+        self._worker_id = worker_id
+        self._on_abandoned = on_abandoned
+        self.reporter = ProgressReporter(db, claimed, worker_id, asyncio.get_running_loop())
+        self._settler = _Settler(db, lease, claimed, worker_id, self.reporter, acks)
+        self._book: StepBook | None = None
+        self._deadline: asyncio.TimerHandle | None = None
+
+    @property
+    def startable_now(self) -> bool:
+        """A known job whose run has no stored step: its body needs no read before it starts."""
+        return self.job is not None and not self.claimed.has_steps
+
+    def finish(self, outcome: Outcome, **fields: Any) -> JobExecution:
+        if self._book is not None:
+            fields.setdefault("steps", self._book.ran)
+            fields.setdefault("replayed", self._book.replayed)
+        claimed = self.claimed
         return JobExecution(
             outcome=outcome,
             job_id=claimed.id,
             name=claimed.name,
             attempt=claimed.attempt,
-            duration=timedelta(seconds=time.monotonic() - started),
+            duration=timedelta(seconds=time.monotonic() - self.began),
             **fields,
         )
 
-    if job is None:
-        park_reason = f'no job registered as "{claimed.name}"'
-        await settler.nack(
-            next_state=NackTarget.SUSPENDED,
-            delay=UNKNOWN_JOB_PARK,
-            counts_as_attempt=False,
-            error=park_reason,
-        )
-        log.warning("jobs.worker.unknown-job", extra={"job": claimed.name, "id": str(claimed.id)})
-        return finish(Outcome.PARKED, error=park_reason)
+    async def run(
+        self,
+        *,
+        executor: Executor | None = None,
+        on_lingering: Callable[[asyncio.Future[Any]], None] | None = None,
+        on_body_done: Callable[[], None] | None = None,
+    ) -> JobExecution:
+        claimed, job, settler = self.claimed, self.job, self._settler
+        if job is None:
+            park_reason = f'no job registered as "{claimed.name}"'
+            await settler.nack(
+                next_state=NackTarget.SUSPENDED,
+                delay=UNKNOWN_JOB_PARK,
+                counts_as_attempt=False,
+                error=park_reason,
+            )
+            log.warning(
+                "jobs.worker.unknown-job", extra={"job": claimed.name, "id": str(claimed.id)}
+            )
+            return self.finish(Outcome.PARKED, error=park_reason)
+        try:
+            # the claim said whether the run has a history: most first attempts skip the read
+            history = await self._db.run(calls.steps(claimed.run_id)) if claimed.has_steps else []
+        except JobRowStatusUnknown as unknown:
+            # written by a newer deploy: hand the run on, uncounted, rather than re-run a step
+            await settler.nack(
+                next_state=NackTarget.SUSPENDED,
+                delay=UNKNOWN_JOB_PARK,
+                counts_as_attempt=False,
+                error=str(unknown),
+                error_code=unknown.code,
+            )
+            log.error(
+                "jobs.step.status-unknown", extra={"job": claimed.name, "detail": unknown.detail}
+            )
+            return self.finish(Outcome.PARKED, error=str(unknown), code=unknown.code)
+        except Exception as failure:
+            # the history could not be read (a pool timeout, a dropped connection): hand the run
+            # back uncounted rather than let its lease lapse into a counted, maybe final, attempt
+            await settler.nack(
+                next_state=NackTarget.READY, delay=HISTORY_RETRY, counts_as_attempt=False
+            )
+            log.error(
+                "jobs.step.history-failed", extra={"job": claimed.name, "error": str(failure)}
+            )
+            return self.finish(Outcome.INTERRUPTED, error=_error_text(failure))
+        body = self.start({r.name: r for r in history}, executor=executor, on_done=on_body_done)
+        return await self.conclude(await body.ending(on_lingering))
 
-    try:
-        # the claim said whether the run has a history: most first attempts skip the read
-        history = await db.run(calls.steps(claimed.run_id)) if claimed.has_steps else []
-        records = {r.name: r for r in history}
-    except JobRowStatusUnknown as unknown:
-        # written by a newer deploy: hand the run on, uncounted, rather than re-run a step
-        await settler.nack(
-            next_state=NackTarget.SUSPENDED,
-            delay=UNKNOWN_JOB_PARK,
-            counts_as_attempt=False,
-            error=str(unknown),
-            error_code=unknown.code,
+    def start(
+        self,
+        records: dict[str, StepRecord],
+        *,
+        executor: Executor | None = None,
+        on_done: Callable[[], None] | None = None,
+    ) -> Body:
+        """Start the body (a task, or a thread for a plain def); `on_done` when it has ended
+        (a coroutine finished, or a plain def's thread returned), whatever happens after."""
+        claimed, job, signal = self.claimed, self.job, self.signal
+        assert job is not None, "start() needs a registered job"
+        loop = asyncio.get_running_loop()
+        book = self._book = new_book(
+            records,
+            _Writer(self._db, claimed, self._worker_id, signal),
+            signal,
+            job.step_timeout,
+            job.event_poll,
         )
-        log.error("jobs.step.status-unknown", extra={"job": claimed.name, "detail": unknown.detail})
-        return finish(Outcome.PARKED, error=str(unknown), code=unknown.code)
-    except Exception as failure:
-        # the history could not be read (a pool timeout, a dropped connection): hand the run
-        # back uncounted rather than let its lease lapse into a counted, maybe final, attempt
-        await settler.nack(
-            next_state=NackTarget.READY, delay=HISTORY_RETRY, counts_as_attempt=False
-        )
-        log.error("jobs.step.history-failed", extra={"job": claimed.name, "error": str(failure)})
-        return finish(Outcome.INTERRUPTED, error=_error_text(failure))
-
-    book = new_book(
-        records, _Writer(db, claimed, worker_id, signal), signal, job.step_timeout, job.event_poll
-    )
-    deadline: asyncio.TimerHandle | None = None
-    if job.timeout is not None:
-        limit = job.timeout
-        deadline = asyncio.get_running_loop().call_later(
-            limit.total_seconds(),
-            lambda: signal.cancel(
-                JobTimeout(f"job {claimed.name} ran past its timeout of {limit}")
-            ),
-        )
-
-    result: Any = None
-    error: BaseException | None = None
-    suspension: StepSuspension | None = None
-    try:
-        model = job.parse(claimed.input)
+        if job.timeout is not None:
+            limit = job.timeout
+            self._deadline = loop.call_later(
+                limit.total_seconds(),
+                lambda: signal.cancel(
+                    JobTimeout(f"job {claimed.name} ran past its timeout of {limit}")
+                ),
+            )
+        on_late = self._late
+        try:
+            model = job.parse(claimed.input)
+        except Exception as refused:
+            if on_done is not None:
+                on_done()
+            return Body(job, signal, None, refused=refused, on_late=on_late)
         fields: dict[str, Any] = {
             "input": model,
             "job": claimed.name,
@@ -284,169 +459,133 @@ async def execute(
             "tenant_id": claimed.tenant_id,
             "enqueued_by": claimed.enqueued_by,
             "signal": signal,
-            "reporter": reporter,
+            "reporter": self.reporter,
         }
-        context: JobContext[Any] | SyncJobContext[Any] = (
-            JobContext(**fields, step=AsyncSteps(book))
-            if job.is_async
-            else SyncJobContext(**fields, step=SyncSteps(book, asyncio.get_running_loop()))
-        )
-        result = await _run_body(
-            job,
-            context,
-            signal,
-            on_late=lambda: _late(claimed, finish, on_abandoned),
-            executor=executor,
-            on_lingering=on_lingering,
-            on_done=on_body_done,
-        )
-    except StepSuspension as parked:
-        suspension = parked
-    except Exception as failure:
-        error = failure
-    finally:
-        if deadline is not None:
-            deadline.cancel()
-
-    execution_fields: dict[str, Any] = {"steps": book.ran, "replayed": book.replayed}
-    if isinstance(error, JobCancelled | JobLeaseLost) and signal.reason is None:
-        # a step write met the fence before the heartbeat did: the same verdict
-        lease.stop()
-        if isinstance(error, JobLeaseLost):
-            log.error(
-                "jobs.lease.lost",
-                extra={"job": claimed.name, "id": str(claimed.id), "reason": "fenced"},
-            )
-        signal.cancel(error)
-    reason = signal.reason
-    # under a drain the verdict is the signal's, whatever the body did on its way out (returned
-    # early or raised): handed back uncounted. A run parked by a step stays parked.
-    if isinstance(reason, Draining) and suspension is None:
-        landed = await settler.nack(
-            next_state=NackTarget.READY,
-            counts_as_attempt=False,
-        )
-        log.info("jobs.attempt.interrupted", extra={"job": claimed.name, "id": str(claimed.id)})
-        return finish(Outcome.INTERRUPTED if landed else Outcome.UNOWNED, **execution_fields)
-    if isinstance(reason, JobCancelled | JobLeaseLost):
-        reporter.close()  # the attempt no longer owns the row: nothing more to report
-    if isinstance(reason, JobCancelled):
-        lease.stop()
-        log.info("jobs.attempt.cancelled", extra={"job": claimed.name, "id": str(claimed.id)})
-        return finish(Outcome.CANCELLED, **execution_fields)
-    if isinstance(reason, JobLeaseLost):
-        lease.stop()
-        return finish(Outcome.LEASE_LOST, error=str(reason), code=reason.code, **execution_fields)
-    if isinstance(reason, JobTimeout):
-        error = reason  # the deadline fails the attempt, whatever the body said on its way out
-    elif isinstance(error, Aborted) and reason is not None:
-        error = reason
-
-    if suspension is not None and error is None:
-        if suspension.wake_at is not None:
-            # a sleep: due at its recorded wake time, measured now, as the nack is sent
-            delay = max(suspension.wake_at - datetime.now(UTC), timedelta(0))
+        task: asyncio.Future[Any]
+        if job.is_async:
+            task = asyncio.ensure_future(job.handler(JobContext(**fields, step=AsyncSteps(book))))
+            signal.on_cancel(lambda _reason: loop.call_soon_threadsafe(task.cancel))
         else:
-            delay = suspension.delay  # a wait: measured on the database's clock
-        landed = await settler.nack(
-            next_state=NackTarget.SUSPENDED,
-            delay=delay,
-            counts_as_attempt=False,
+            context = SyncJobContext(**fields, step=SyncSteps(book, loop))
+            # the thread runs in a copy of this context, so the attempt's span is its parent too
+            body = contextvars.copy_context().run
+            task = asyncio.ensure_future(loop.run_in_executor(executor, body, job.handler, context))
+        if on_done is not None:
+            task.add_done_callback(lambda _task: on_done())
+        return Body(job, signal, task, on_late=on_late)
+
+    def settle_soon(self, body: Body, on_finished: Callable[[JobExecution], None]) -> bool:
+        """Ack a body that ended cleanly from a callback, with no task of its own; `on_finished`
+        gets the execution once the ack has been answered.
+
+        Answers False (nothing done) when the verdict needs `conclude()` instead: the body did
+        not end cleanly, a progress report is still to be written, an on_settled hook is to be
+        called, or acks are not batched.
+        """
+        job = self.job
+        if (
+            job is None
+            or job.on_settled is not None
+            or not self.reporter.idle
+            or not self._settler.batched
+            or not body.ended_cleanly()
+        ):
+            return False
+        self._stop_deadline()
+        assert body.future is not None
+        result = body.future.result()
+
+        def answered(landed: bool) -> None:
+            on_finished(
+                self.finish(Outcome.COMPLETED if landed else Outcome.UNOWNED, result=result)
+            )
+
+        self._settler.ack_soon(answered)
+        return True
+
+    async def conclude(self, ending: BodyEnding) -> JobExecution:
+        """Read the verdict off the signal, then off how the body ended, and settle the row."""
+        self._stop_deadline()
+        claimed, signal, lease, settler = self.claimed, self.signal, self.lease, self._settler
+        job = self.job
+        assert job is not None
+        error, suspension = ending.error, ending.suspension
+        if isinstance(error, JobCancelled | JobLeaseLost) and signal.reason is None:
+            # a step write met the fence before the heartbeat did: the same verdict
+            lease.stop()
+            if isinstance(error, JobLeaseLost):
+                log.error(
+                    "jobs.lease.lost",
+                    extra={"job": claimed.name, "id": str(claimed.id), "reason": "fenced"},
+                )
+            signal.cancel(error)
+        reason = signal.reason
+        # under a drain the verdict is the signal's, whatever the body did on its way out
+        # (returned early or raised): handed back uncounted. A run parked by a step stays parked.
+        if isinstance(reason, Draining) and suspension is None:
+            landed = await settler.nack(next_state=NackTarget.READY, counts_as_attempt=False)
+            log.info("jobs.attempt.interrupted", extra={"job": claimed.name, "id": str(claimed.id)})
+            return self.finish(Outcome.INTERRUPTED if landed else Outcome.UNOWNED)
+        if isinstance(reason, JobCancelled | JobLeaseLost):
+            self.reporter.close()  # the attempt no longer owns the row: nothing more to report
+        if isinstance(reason, JobCancelled):
+            lease.stop()
+            log.info("jobs.attempt.cancelled", extra={"job": claimed.name, "id": str(claimed.id)})
+            return self.finish(Outcome.CANCELLED)
+        if isinstance(reason, JobLeaseLost):
+            lease.stop()
+            return self.finish(Outcome.LEASE_LOST, error=str(reason), code=reason.code)
+        if isinstance(reason, JobTimeout):
+            error = reason  # the deadline fails the attempt, whatever the body said on its way out
+        elif isinstance(error, Aborted) and reason is not None:
+            error = reason
+
+        if suspension is not None and error is None:
+            if suspension.wake_at is not None:
+                # a sleep: due at its recorded wake time, measured now, as the nack is sent
+                delay = max(suspension.wake_at - datetime.now(UTC), timedelta(0))
+            else:
+                delay = suspension.delay  # a wait: measured on the database's clock
+            landed = await settler.nack(
+                next_state=NackTarget.SUSPENDED, delay=delay, counts_as_attempt=False
+            )
+            return self.finish(
+                Outcome.SUSPENDED if landed else Outcome.UNOWNED,
+                # no earlier than the row is due in the database (the nack started its delay)
+                resume_at=suspension.wake_at or datetime.now(UTC) + delay,
+            )
+
+        if error is None:
+            landed = await settler.ack()
+            execution = self.finish(
+                Outcome.COMPLETED if landed else Outcome.UNOWNED, result=ending.result
+            )
+            if landed:
+                await _on_settled(job, claimed, execution)
+            return execution
+
+        return await _fail(job, claimed, error, settler=settler, finish=self.finish)
+
+    def _stop_deadline(self) -> None:
+        if self._deadline is not None:
+            self._deadline.cancel()
+            self._deadline = None
+
+    def _late(self) -> None:
+        claimed = self.claimed
+        log.warning(
+            "jobs.timeout.abandoned",
+            extra={"job": claimed.name, "id": str(claimed.id), "attempt": claimed.attempt},
         )
-        return finish(
-            Outcome.SUSPENDED if landed else Outcome.UNOWNED,
-            # no earlier than the row is due in the database (the nack started its delay)
-            resume_at=suspension.wake_at or datetime.now(UTC) + delay,
-            **execution_fields,
-        )
-
-    if error is None:
-        landed = await settler.ack()
-        execution = finish(
-            Outcome.COMPLETED if landed else Outcome.UNOWNED, result=result, **execution_fields
-        )
-        if landed:
-            await _on_settled(job, claimed, execution)
-        return execution
-
-    return await _fail(job, claimed, error, settler=settler, finish=finish, fields=execution_fields)
-
-
-async def _run_body(
-    job: Job[Any],
-    context: JobContext[Any] | SyncJobContext[Any],
-    signal: CancelSignal,
-    on_late: Callable[[], None],
-    executor: Executor | None,
-    on_lingering: Callable[[asyncio.Future[Any]], None] | None = None,
-    on_done: Callable[[], None] | None = None,
-) -> Any:
-    """Run the handler until it ends or the signal is set; `on_done` when the body has ended
-    (a coroutine finished, or a plain def's thread returned), whatever happens after.
-
-    After a drain the body is waited for (the worker's drain deadline bounds it): settling it
-    first would let another worker run a second copy. After a deadline, a lost lease or a
-    cancel, it gets a short grace to unwind, then the attempt ends without it; durable writes
-    it makes later are refused by the signal and the claim fence. A plain def body that keeps
-    running is handed to `on_lingering`, so its worker keeps the slot (and the thread) counted.
-    """
-    loop = asyncio.get_running_loop()
-    task: asyncio.Future[Any]
-    if job.is_async:
-        task = asyncio.ensure_future(job.handler(context))
-        signal.on_cancel(lambda _reason: loop.call_soon_threadsafe(task.cancel))
-    else:
-        # the thread runs in a copy of this context, so the attempt's span is its parent too
-        body = contextvars.copy_context().run
-        task = asyncio.ensure_future(loop.run_in_executor(executor, body, job.handler, context))
-    # one future for "the body ended or the signal was set": cheaper than asyncio.wait on two
-    ended_or_stopped: asyncio.Future[None] = loop.create_future()
-    task.add_done_callback(lambda _task: _resolve(ended_or_stopped))
-    if on_done is not None:
-        task.add_done_callback(lambda _task: on_done())
-    signal.on_cancel(lambda _reason: loop.call_soon_threadsafe(_resolve, ended_or_stopped))
-    await ended_or_stopped
-    if not task.done():
-        grace = None if isinstance(signal.reason, Draining) else UNWIND_GRACE_SECONDS
-        await asyncio.wait({task}, timeout=grace)
-    if not task.done():
-        task.add_done_callback(lambda _task: on_late())
-        if on_lingering is not None and not job.is_async:
-            on_lingering(task)
-        raise Aborted("the attempt was cancelled and its body has not stopped", detail={})
-    try:
-        result = task.result()
-    except asyncio.CancelledError:
-        raise Aborted("the attempt was cancelled", detail={}) from None
-    if inspect.isawaitable(result):
-        # a plain def handed back a coroutine: running it here would run its sync steps on the
-        # loop they need; the declaration must say async def (functools.wraps on a wrapper)
-        if inspect.iscoroutine(result):
-            result.close()
-        raise DeclarationInvalid(
-            f"job {job.name}: the handler is a plain def that returned a coroutine; declare it "
-            "`async def`, or wrap it with functools.wraps",
-            detail={"job": job.name},
-        )
-    return result
+        if self._on_abandoned is not None:
+            self._on_abandoned(
+                self.finish(Outcome.UNOWNED, error="the body finished after its attempt ended")
+            )
 
 
 def _resolve(future: asyncio.Future[None]) -> None:
     if not future.done():
         future.set_result(None)
-
-
-def _late(
-    claimed: ClaimedJob,
-    finish: Callable[..., JobExecution],
-    on_abandoned: Callable[[JobExecution], None] | None,
-) -> None:
-    log.warning(
-        "jobs.timeout.abandoned",
-        extra={"job": claimed.name, "id": str(claimed.id), "attempt": claimed.attempt},
-    )
-    if on_abandoned is not None:
-        on_abandoned(finish(Outcome.UNOWNED, error="the body finished after its attempt ended"))
 
 
 async def _fail(
@@ -456,7 +595,6 @@ async def _fail(
     *,
     settler: _Settler,
     finish: Callable[..., JobExecution],
-    fields: dict[str, Any],
 ) -> JobExecution:
     code = getattr(error, "code", None)
     code = code if isinstance(code, str) else None
@@ -494,7 +632,6 @@ async def _fail(
             error=text,
             code=code,
             stop_reason=stop,
-            **fields,
         )
         if landed:
             await _on_settled(job, claimed, execution)
@@ -525,7 +662,6 @@ async def _fail(
         error=text,
         code=code,
         resume_at=datetime.now(UTC) + delay,
-        **fields,
     )
 
 
@@ -546,6 +682,43 @@ class _Settler:
             return await self._settle(self.acks.ack(claimed.id, claimed.claim))
         return await self._settle(self.db.run(calls.ack(claimed.id, self.worker_id, claimed.claim)))
 
+    @property
+    def batched(self) -> bool:
+        return self.acks is not None
+
+    def ack_soon(self, on_answer: Callable[[bool], None]) -> None:
+        """Queue the ack on the batcher; `on_answer(landed)` when it is answered. For a body
+        that ended cleanly with no progress report left to write."""
+        assert self.acks is not None
+        claimed = self.claimed
+        if self.progress is not None:
+            self.progress.close()  # idle: nothing pending, so closing drops nothing
+        self.lease.stop()
+        sending = self.acks.ack_soon(claimed.id, claimed.claim)
+        sending.add_done_callback(lambda answer: on_answer(self._answered(answer)))
+
+    def _answered(self, answer: asyncio.Future[bool]) -> bool:
+        if answer.cancelled():
+            return False
+        failure = answer.exception()
+        if failure is not None:
+            self._log_failure(failure)
+            return False
+        return self._landed(answer.result())
+
+    def _log_failure(self, failure: BaseException) -> None:
+        claimed = self.claimed
+        log.error(
+            "jobs.settle.failed",
+            extra={"job": claimed.name, "id": str(claimed.id), "error": _error_text(failure)},
+        )
+
+    def _landed(self, landed: object) -> bool:
+        if landed is False:
+            claimed = self.claimed
+            log.warning("jobs.settle.unowned", extra={"job": claimed.name, "id": str(claimed.id)})
+        return bool(landed)
+
     async def nack(self, **options: Any) -> bool:
         claimed = self.claimed
         call = calls.nack(claimed.id, self.worker_id, claimed.claim, **options)
@@ -557,7 +730,6 @@ class _Settler:
         `sending` is not started until the last progress report has landed and the lease keeper
         has stopped (a renewal racing the settle is not a loss).
         """
-        claimed = self.claimed
         try:
             if self.progress is not None:
                 await self.progress.flush()  # the last report lands before the row leaves running
@@ -566,14 +738,9 @@ class _Settler:
         except Exception as failure:
             if inspect.iscoroutine(sending):
                 sending.close()  # never started if the failure came first: no stray warning
-            log.error(
-                "jobs.settle.failed",
-                extra={"job": claimed.name, "id": str(claimed.id), "error": _error_text(failure)},
-            )
+            self._log_failure(failure)
             return False
-        if landed is False:
-            log.warning("jobs.settle.unowned", extra={"job": claimed.name, "id": str(claimed.id)})
-        return bool(landed)
+        return self._landed(landed)
 
 
 async def _on_settled(job: Job[Any], claimed: ClaimedJob, execution: JobExecution) -> None:

@@ -46,7 +46,10 @@ class LeaseKeeper:
         self._visibility = visibility.total_seconds()
         self._interval = self._visibility / 3
         self._on_lost = on_lost
-        self._stopped = asyncio.Event()
+        self._stopped = False
+        # made with the renewal task: most attempts end before it, and an Event per attempt
+        # was a measurable part of a short job's cost
+        self._stop_event: asyncio.Event | None = None
         self._task: asyncio.Task[None] | None = None
         self._timer: asyncio.TimerHandle | None = None
         # when the lease began on this process's clock: the claim's send, not the attempt's start
@@ -59,11 +62,13 @@ class LeaseKeeper:
 
     def _begin(self) -> None:
         self._timer = None
-        if not self._stopped.is_set():
+        if not self._stopped:
             self._task = asyncio.get_running_loop().create_task(self._keep(first_wait=0.0))
 
     def stop(self) -> None:
-        self._stopped.set()
+        self._stopped = True
+        if self._stop_event is not None:
+            self._stop_event.set()
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
@@ -74,9 +79,9 @@ class LeaseKeeper:
             await asyncio.gather(self._task, return_exceptions=True)
 
     def _lost(self, reason: str) -> None:
-        if self._stopped.is_set():
+        if self._stopped:
             return
-        self._stopped.set()
+        self.stop()
         log.error(
             "jobs.lease.lost",
             extra={
@@ -97,10 +102,11 @@ class LeaseKeeper:
     async def _keep(self, first_wait: float) -> None:
         last_landed = self._since
         wait = first_wait
-        while not self._stopped.is_set():
+        stop_event = self._stop_event = asyncio.Event()
+        while not self._stopped:
             if wait > 0:
                 try:
-                    await asyncio.wait_for(self._stopped.wait(), timeout=wait)
+                    await asyncio.wait_for(stop_event.wait(), timeout=wait)
                     return
                 except TimeoutError:
                     pass
@@ -126,7 +132,7 @@ class LeaseKeeper:
                 self._lost("expired")
                 return
             except Exception as failure:
-                if not self._stopped.is_set():
+                if not self._stopped:
                     log.warning(
                         "jobs.heartbeat.failed",
                         extra={
@@ -140,12 +146,12 @@ class LeaseKeeper:
                     min(self._interval, self._visibility - (time.monotonic() - last_landed)), 0.01
                 )
                 continue
-            if self._stopped.is_set():
+            if self._stopped:
                 return  # the settle went out while we asked: not a loss
             if answer is HeartbeatAnswer.OK:
                 last_landed = sent
             elif answer is HeartbeatAnswer.CANCELLED:
-                self._stopped.set()
+                self.stop()
                 log.info(
                     "jobs.lease.cancelled",
                     extra={"job": self._claimed.name, "id": str(self._claimed.id)},

@@ -111,17 +111,27 @@ class WorkerMetrics:
         )
         capacity_gauge.set_function(lambda: float(capacity()))
         self.registry.register(QueueCollector(database_url, queues))
+        self._counters: dict[tuple[str, str], Counter | None] = {}
         self._server: WSGIServer | None = None
         self._thread: Thread | None = None
         self.port: int | None = None
 
     def observe(self, queue: str, outcome: str) -> None:
         """Count one attempt's outcome (an execution.Outcome value)."""
+        counter = self._counters.get((queue, outcome))
+        if counter is None:
+            counter = self._counters[queue, outcome] = self._counter_for(queue, outcome)
+        if counter is not None:
+            counter.inc()
+
+    def _counter_for(self, queue: str, outcome: str) -> Counter | None:
+        # looked up once per pair: labels() costs more than the increment, once per job
         label = OUTCOME_LABELS.get(outcome)
         if label is not None:
-            self.jobs_total.labels(queue=queue, outcome=label).inc()
-        elif outcome == "lease-lost":
-            self.leases_lost.labels(queue=queue).inc()
+            return self.jobs_total.labels(queue=queue, outcome=label)
+        if outcome == "lease-lost":
+            return self.leases_lost.labels(queue=queue)
+        return None
 
     def serve(self, port: int, host: str = "0.0.0.0") -> int:
         """Serve /metrics on host:port (0 picks a free port); answers the port bound."""

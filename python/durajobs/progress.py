@@ -149,6 +149,11 @@ class ProgressReporter:
             wait = max(self._last_write + self._interval - time.monotonic(), 0)
             self._timer = self._loop.call_later(wait, self._on_timer)
 
+    @property
+    def idle(self) -> bool:
+        """Nothing to write: no report pending, armed or on the wire."""
+        return self._pending is None and self._timer is None and self._writing is None
+
     def close(self) -> None:
         """Take no more reports and drop any not yet written (the attempt lost the row)."""
         self._closed = True

@@ -45,6 +45,12 @@ class CancelSignal:
             reason = self.reason
         callback(reason)
 
+    def forget_callbacks(self) -> None:
+        """Drop the callbacks not yet called: the attempt is over. They close over the attempt
+        that holds this signal, so keeping them would leave a cycle for the collector."""
+        with self._lock:
+            self._callbacks = []
+
     @property
     def is_set(self) -> bool:
         return self.reason is not None

@@ -7,7 +7,7 @@ instead of being cast: a step read as "not completed" would run a second time.
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import TypeVar
+from typing import TypeVar, cast
 
 from durajobs.errors import JobRowStatusUnknown
 
@@ -53,9 +53,9 @@ E = TypeVar("E", bound=StrEnum)
 
 def narrow(enum: type[E], value: object, *, table: str, column: str) -> E:
     """Return `value` as a member of `enum`, or raise X_JOB_ROW_STATUS_UNKNOWN naming the column."""
-    for member in enum:
-        if member.value == value:
-            return member
+    member = enum._value2member_map_.get(value) if isinstance(value, str) else None
+    if member is not None:
+        return cast(E, member)
     known = [member.value for member in enum]
     raise JobRowStatusUnknown(
         f"{table}.{column} holds {value!r}, which this build does not know (known: {known})",

@@ -54,7 +54,7 @@ class _Replay:
     output: Any
 
 
-class _StepBook:
+class StepBook:
     """What both step APIs share: the stored records, the names used, the write fence."""
 
     def __init__(
@@ -154,7 +154,7 @@ def _takes_signal(fn: Callable[..., Any]) -> bool:
 class AsyncSteps:
     """Steps for `async def` handlers."""
 
-    def __init__(self, book: _StepBook) -> None:
+    def __init__(self, book: StepBook) -> None:
         self._book = book
 
     @overload
@@ -240,7 +240,7 @@ class AsyncSteps:
 class SyncSteps:
     """Steps for plain `def` handlers, which run in a worker thread."""
 
-    def __init__(self, book: _StepBook, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(self, book: StepBook, loop: asyncio.AbstractEventLoop) -> None:
         self._book = book
         self._loop = loop
 
@@ -307,7 +307,7 @@ class SyncSteps:
 
 
 async def _wait_step(
-    book: _StepBook,
+    book: StepBook,
     name: str,
     event: str,
     match: str | None,
@@ -348,7 +348,7 @@ async def _wait_step(
     return False, StepSuspension(wake - lookup.now, name)
 
 
-async def _sleep_step(book: _StepBook, name: str, length: timedelta) -> datetime | None:
+async def _sleep_step(book: StepBook, name: str, length: timedelta) -> datetime | None:
     """Answer the wake time to suspend until, or None when the sleep is over."""
     replay = book.begin(name)
     if replay is not None:
@@ -394,5 +394,5 @@ def new_book(
     signal: CancelSignal,
     step_timeout: timedelta | None,
     event_poll: timedelta = DEFAULT_EVENT_POLL,
-) -> _StepBook:
-    return _StepBook(records, writer, signal, step_timeout, event_poll)
+) -> StepBook:
+    return StepBook(records, writer, signal, step_timeout, event_poll)

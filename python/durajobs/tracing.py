@@ -45,6 +45,11 @@ def _sdk_configured(trace: ModuleType) -> bool:
     return answer
 
 
+def spans_active() -> bool:
+    """Whether an attempt would get a real span (OpenTelemetry with an SDK configured)."""
+    return _OTEL is not None and _sdk_configured(_OTEL[1])
+
+
 def current_traceparent() -> str | None:
     """The active span's traceparent, or None (no OpenTelemetry, or no span)."""
     if _OTEL is None:

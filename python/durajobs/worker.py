@@ -9,6 +9,7 @@ local timer for a retry due within a minute starts a pass at once.
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import math
 import os
@@ -17,7 +18,7 @@ import socket
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Coroutine, Mapping
+from collections.abc import Coroutine, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -29,13 +30,13 @@ from durajobs.database import AsyncDatabase
 from durajobs.declarations import Registry, Settled
 from durajobs.durations import Duration, parse_duration
 from durajobs.errors import ConfigInvalid, Draining
-from durajobs.execution import JobExecution, Outcome, execute, notify_settled
+from durajobs.execution import Attempt, Body, JobExecution, Outcome, notify_settled
 from durajobs.lease import LeaseKeeper
 from durajobs.metrics import WorkerMetrics
 from durajobs.records import ClaimedJob
 from durajobs.registration import WorkerRegistration
 from durajobs.signals import CancelSignal
-from durajobs.tracing import job_span
+from durajobs.tracing import job_span, spans_active
 from durajobs.wake import QueueWake
 
 log = logging.getLogger(__name__)
@@ -88,6 +89,7 @@ class Worker:
         woken_idle_ceiling: Duration = WOKEN_IDLE_CEILING,
         metrics_port: int | None = None,
         metrics_host: str = "0.0.0.0",
+        freeze_gc: bool = False,
     ) -> None:
         self.registry = registry
         self.queues = list(queues or registry.queues())
@@ -120,7 +122,7 @@ class Worker:
         self.db = AsyncDatabase(database_url, max_size=min(max(self.capacity + 2, 4), 20))
         self._listen = listen
         self._wake: QueueWake | None = None
-        self._running: dict[uuid.UUID, tuple[ClaimedJob, CancelSignal, asyncio.Task[None]]] = {}
+        self._running: dict[uuid.UUID, _Held] = {}
         self._per_queue: Counter[str] = Counter()
         # slots are taken while a body runs, not while its settle is on the wire: the next
         # claim overlaps the acks of the batch before
@@ -158,6 +160,7 @@ class Worker:
         self._acks = AckBatcher(self.db, self.worker_id)
         self._metrics_port = metrics_port
         self._metrics_host = metrics_host
+        self._freeze_gc = freeze_gc
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -193,11 +196,11 @@ class Worker:
         log.info(
             "jobs.worker.draining", extra={"worker": self.worker_id, "held": len(self._running)}
         )
-        for claimed, signal, _task in list(self._running.values()):
-            signal.cancel(
+        for held in list(self._running.values()):
+            held.signal.cancel(
                 Draining(
                     f"worker {self.worker_id} is draining",
-                    detail={"worker": self.worker_id, "id": str(claimed.id)},
+                    detail={"worker": self.worker_id, "id": str(held.row.id)},
                 )
             )
         self._kick.set()
@@ -221,6 +224,11 @@ class Worker:
             if self._metrics_port is not None:
                 self.metrics.serve(self._metrics_port, self._metrics_host)
             await self.registration.start()
+            if self._freeze_gc:
+                # a process of its own: what is alive now (modules, the registry, the pool)
+                # lives as long as the process, so the collector need never walk it again
+                gc.collect()
+                gc.freeze()
             self._registered = True
             for queue in self.queues:
                 if queue not in self.registry.queues():
@@ -256,7 +264,8 @@ class Worker:
     async def _settle_held(self) -> None:
         """Wait for held attempts: without limit after stop(), up to the deadline once draining."""
         loop = asyncio.get_running_loop()
-        pending = {task for _claimed, _signal, task in self._running.values()}
+        held = {entry.done: entry for entry in self._running.values()}
+        pending: set[asyncio.Future[None]] = set(held)
         deadline: float | None = None
         while pending:
             if self._draining and deadline is None:
@@ -267,9 +276,10 @@ class Worker:
                     "jobs.worker.drain-abandoned",
                     extra={"worker": self.worker_id, "abandoned": len(pending)},
                 )
-                for task in pending:
-                    task.cancel()
-                await asyncio.gather(*pending, return_exceptions=True)
+                for done in pending:
+                    held[done].abandon()
+                carriers = [held[done].task for done in pending]
+                await asyncio.gather(*pending, *filter(None, carriers), return_exceptions=True)
                 return
             step = 0.1 if deadline is None else min(0.1, max(deadline - loop.time(), 0))
             _done, pending = await asyncio.wait(pending, timeout=step)
@@ -414,68 +424,138 @@ class Worker:
         keeper = LeaseKeeper(
             self.db, row, self.worker_id, signal, visibility=self.visibility, since=asked
         )
-        released = False
-
-        def release() -> None:
-            nonlocal released
-            if released:
-                return
-            released = True
-            self._taken -= 1
-            self._per_queue[row.queue] -= 1
-            self._kick.set()  # a freed slot refills at once
-
-        task = asyncio.get_running_loop().create_task(self._attempt(row, signal, keeper, release))
-        self._running[row.id] = (row, signal, task)
+        attempt = Attempt(
+            row,
+            self.registry,
+            db=self.db,
+            worker_id=self.worker_id,
+            signal=signal,
+            lease=keeper,
+            acks=self._acks,
+        )
+        held = _Held(row, signal, keeper, asyncio.get_running_loop().create_future())
+        self._running[row.id] = held
         self._taken += 1
         self._per_queue[row.queue] += 1
-
-    async def _attempt(
-        self,
-        row: ClaimedJob,
-        signal: CancelSignal,
-        keeper: LeaseKeeper,
-        release: Callable[[], None],
-    ) -> None:
         keeper.start()
+        job = attempt.job
+        if job is not None and job.is_async and attempt.startable_now and not spans_active():
+            self._run_lean(held, attempt)
+        else:
+            held.task = asyncio.get_running_loop().create_task(self._attempt(held, attempt))
+
+    def _run_lean(self, held: _Held, attempt: Attempt) -> None:
+        """The common case with no task of its own: an async body that needs no read first is
+        started here, and when it returns cleanly its ack joins the batch from a callback.
+        Anything else (an error, a suspension, a cancel, a drain, a report to flush) hands the
+        attempt to `_conclude`, which settles it exactly as `execute` would."""
+        loop = asyncio.get_running_loop()
+        body = attempt.start({}, executor=self._executor, on_done=lambda: self._release(held))
+        future = body.future
+        deciding = False
+
+        def decide() -> None:
+            nonlocal deciding
+            if deciding:
+                return
+            deciding = True
+            if not attempt.settle_soon(body, lambda execution: self._settled(held, execution)):
+                held.task = loop.create_task(self._conclude(held, attempt, body))
+
+        if future is None:
+            decide()  # the input did not parse: the verdict is a failure
+            return
+        future.add_done_callback(lambda _future: decide())
+        # the signal may be set from the lease keeper or a body's thread
+        held.signal.on_cancel(lambda _reason: loop.call_soon_threadsafe(decide))
+
+    async def _conclude(self, held: _Held, attempt: Attempt, body: Body) -> None:
+        try:
+            self._record(held, await attempt.conclude(await body.ending()))
+        except Exception as failure:
+            log.error(
+                "jobs.worker.attempt-crashed", extra={"id": str(held.row.id), "error": str(failure)}
+            )
+        finally:
+            await held.keeper.join()
+            self._close(held)
+
+    def _settled(self, held: _Held, execution: JobExecution) -> None:
+        try:
+            self._record(held, execution)
+        finally:
+            self._close(held)
+
+    async def _attempt(self, held: _Held, attempt: Attempt) -> None:
+        row = held.row
         lingering: list[asyncio.Future[Any]] = []
         try:
             with job_span(row):
-                execution = await execute(
-                    row,
-                    self.registry,
-                    db=self.db,
-                    worker_id=self.worker_id,
-                    signal=signal,
-                    lease=keeper,
+                execution = await attempt.run(
                     executor=self._executor,
                     on_lingering=lingering.append,
-                    acks=self._acks,
-                    on_body_done=release,
+                    on_body_done=lambda: self._release(held),
                 )
-            self._outcomes[execution.outcome] += 1
-            self.metrics.observe(row.queue, execution.outcome)
-            if self.keep_executions:
-                self.executions.append(execution)
-            if execution.resume_at is not None:
-                delay = execution.resume_at - datetime.now(UTC)
-                if delay <= LOCAL_TIMER_HORIZON:
-                    # a little after the due time: a kick that comes early finds nothing and
-                    # leaves the row to the poll
-                    asyncio.get_running_loop().call_later(
-                        max(delay.total_seconds(), 0) + LOCAL_TIMER_MARGIN, self.kick
-                    )
+            self._record(held, execution)
         except Exception as failure:
             log.error(
                 "jobs.worker.attempt-crashed", extra={"id": str(row.id), "error": str(failure)}
             )
         finally:
-            await keeper.join()
+            await held.keeper.join()
             if lingering:
                 # a plain def body that ignored its cancel still holds a thread: keep its slot
                 # taken until it returns (a drain's deadline bounds this wait)
                 await asyncio.wait(lingering)
-            if self._running.get(row.id, (None, None, None))[2] is asyncio.current_task():
-                self._running.pop(row.id)  # not a newer attempt of the same row
-            release()  # a body that never ran (or never ended) holds its slot until here
-            self._kick.set()
+            self._close(held)
+
+    def _record(self, held: _Held, execution: JobExecution) -> None:
+        self._outcomes[execution.outcome] += 1
+        self.metrics.observe(held.row.queue, execution.outcome)
+        if self.keep_executions:
+            self.executions.append(execution)
+        if execution.resume_at is not None:
+            delay = execution.resume_at - datetime.now(UTC)
+            if delay <= LOCAL_TIMER_HORIZON:
+                # a little after the due time: a kick that comes early finds nothing and leaves
+                # the row to the poll
+                asyncio.get_running_loop().call_later(
+                    max(delay.total_seconds(), 0) + LOCAL_TIMER_MARGIN, self.kick
+                )
+
+    def _release(self, held: _Held) -> None:
+        """Free the attempt's slot: when its body ends, or at the latest when it is closed."""
+        if held.released:
+            return
+        held.released = True
+        self._taken -= 1
+        self._per_queue[held.row.queue] -= 1
+        self._kick.set()  # a freed slot refills at once
+
+    def _close(self, held: _Held) -> None:
+        held.keeper.stop()
+        held.signal.forget_callbacks()
+        if self._running.get(held.row.id) is held:
+            self._running.pop(held.row.id)  # not a newer attempt of the same row
+        self._release(held)  # a body that never ran (or never ended) holds its slot until here
+        if not held.done.done():
+            held.done.set_result(None)
+        self._kick.set()
+
+
+@dataclass(eq=False)
+class _Held:
+    """An attempt this worker holds: `done` resolves once it is settled (or abandoned)."""
+
+    row: ClaimedJob
+    signal: CancelSignal
+    keeper: LeaseKeeper
+    done: asyncio.Future[None]
+    task: asyncio.Task[None] | None = None  # the task concluding it, if any
+    released: bool = False
+
+    def abandon(self) -> None:
+        if self.task is not None:
+            self.task.cancel()
+        if not self.done.done():
+            self.done.cancel()

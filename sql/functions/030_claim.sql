@@ -38,7 +38,7 @@ create type jobs.claimed_job as (
 -- batch_size (the candidates are materialised before the update). A burial counts as dead (or
 -- failed) in the counters, in the burying statement (since revision 0006).
 -- Raises X_JOB_CLAIM_QUEUES_EMPTY, X_ARGUMENT_INVALID. Locks: the rows it answers.
--- Introduced in revision 0001.
+-- Introduced in revision 0001; since revision 0007 the waiting rows are updated by primary key.
 create function jobs.claim_v1(
   queues text[],
   worker_id text,
@@ -186,6 +186,7 @@ begin
        limit claim_v1.batch_size - v_taken
     ),
     claimed as (
+      -- by primary key: a join to `due` let the planner hash a scan of the whole table
       update jobs.jobs j
          set state = 'running',
              claimed_by = claim_v1.worker_id,
@@ -194,8 +195,7 @@ begin
              claims = j.claims + 1,
              attempt = j.attempt + 1,
              updated_at = v_now
-        from due
-       where j.id = due.id
+       where j.id = any(array(select due.id from due))
       returning j.id, j.run_id, j.name, j.queue, j.input, j.tenant_id, j.state, j.attempt,
                 j.max_attempts, j.claims, j.priority, j.run_at, j.created_at, j.lease_expires_at,
                 j.last_error, j.traceparent, j.enqueued_by

@@ -74,8 +74,8 @@ $$;
 
 -- jobs.ack_many_v1: ack many claimed jobs of one worker in one statement.
 -- Arguments: worker_id, ids and claims (parallel arrays of equal length).
--- Answers (id, landed) per id, in input order. Raises X_ARGUMENT_INVALID. Locks the rows.
--- Introduced in revision 0001.
+-- Answers (id, landed) per id, in input order. Raises X_ARGUMENT_INVALID. Locks the rows, in id
+-- order. Introduced in revision 0001; since revision 0007 each row is read by primary key.
 create function jobs.ack_many_v1(worker_id text, ids uuid[], claims bigint[])
 returns setof jobs.settle_result
 language plpgsql
@@ -100,17 +100,31 @@ begin
       select r.id, r.claim, r.ord
         from unnest(ids, claims) with ordinality as r(id, claim, ord)
     ),
+    -- each row by primary key, locked, then judged: with the fence in the join the planner
+    -- read every live row of the table through a partial index whose statistics said no row
+    -- was running (`offset 0` keeps the fence out of the lookup)
+    held as materialized (
+      select l.id
+        -- one lock order for every caller
+        from (select q.id, q.claim from requested q order by q.id) r
+        cross join lateral (
+          select j.id, j.state, j.claimed_by, j.claims
+            from jobs.jobs j
+           where j.id = r.id
+          offset 0
+             for update
+        ) l
+       where l.state = 'running'
+         and l.claimed_by = ack_many_v1.worker_id
+         and l.claims = r.claim
+    ),
     settled as (
       update jobs.jobs j
          set state = 'done',
              lease_expires_at = null,
              finished_at = v_now,
              updated_at = v_now
-        from requested r
-       where j.id = r.id
-         and j.state = 'running'
-         and j.claimed_by = ack_many_v1.worker_id
-         and j.claims = r.claim
+       where j.id = any(array(select h.id from held h))
       returning j.id, j.claims, j.name, j.claimed_at
     ),
     counted as (

@@ -1,0 +1,78 @@
+-- 180_hot_path: the claim and the batch ack touch the rows they settle, not the table. With
+-- statistics taken while no row was running, the planner once read every live row through a
+-- partial index to find a batch's rows (ack_many_v1) or hashed a scan of the whole table to
+-- update them (claim_v1); since revision 0007 both go by primary key.
+begin;
+\ir fixtures/factory.sql
+select plan(6);
+
+-- rows read from jobs.jobs (sequential scans) plus index entries read (every index of it), in
+-- this transaction so far
+create function jobs_test.entries_read()
+returns bigint
+language sql
+volatile
+as $$
+  select pg_stat_get_xact_tuples_returned('jobs.jobs'::regclass)
+         + coalesce(sum(pg_stat_get_xact_tuples_returned(i.indexrelid)), 0)
+    from pg_index i
+   where i.indrelid = 'jobs.jobs'::regclass
+$$;
+
+create temporary table read_before (n bigint);
+create function jobs_test.mark()
+returns void
+language sql
+volatile
+as $$
+  delete from read_before;
+  insert into read_before select jobs_test.entries_read();
+$$;
+create function jobs_test.read_since_mark()
+returns bigint
+language sql
+volatile
+as $$
+  select jobs_test.entries_read() - n from read_before
+$$;
+
+-- 3,000 waiting rows, and statistics that say none is running
+select jobs.enqueue_many(
+  (select jsonb_agg(jsonb_build_object('name', 'hot', 'queue', 'hot', 'input', '{}'::jsonb,
+                                       'idempotency_key', 'k' || g))
+     from generate_series(1, 3000) g));
+analyze jobs.jobs;
+
+select jobs_test.mark();
+create temporary table taken as
+  select id, claim from jobs.claim_v2(array['hot'], 'w1', batch_size => 500);
+select is((select count(*) from taken), 500::bigint, 'the claim hands out 500 rows');
+select cmp_ok(jobs_test.read_since_mark(), '<', 2000::bigint,
+              'a claim of 500 rows reads far fewer than the 3,000 rows of the table');
+
+select jobs_test.mark();
+select is(
+  (select count(*) filter (where landed)
+     from jobs.ack_many_v1('w1', (select array_agg(id) from (select id from taken limit 20) t),
+                           (select array_agg(claim) from (select claim from taken limit 20) t))),
+  20::bigint, 'ack_many_v1 settles the 20 rows it is given');
+select cmp_ok(jobs_test.read_since_mark(), '<', 200::bigint,
+              'an ack of 20 rows reads about 20 index entries, not every live row');
+
+-- the fence is judged on the locked row: a wrong claim or a wrong worker lands nothing
+select is(
+  (select array_agg(landed order by ord)
+     from (select landed, row_number() over () as ord
+             from jobs.ack_many_v1('w1',
+                    (select array_agg(id) from (select id from taken offset 20 limit 2) t),
+                    array[0::bigint, 0::bigint])) a),
+  array[false, false], 'a stale claim lands nothing');
+select is(
+  (select array_agg(landed)
+     from jobs.ack_many_v1('w2',
+            (select array_agg(id) from (select id from taken offset 22 limit 2) t),
+            (select array_agg(claim) from (select claim from taken offset 22 limit 2) t))),
+  array[false, false], 'another worker''s ack lands nothing');
+
+select * from finish();
+rollback;
