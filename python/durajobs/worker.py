@@ -302,6 +302,9 @@ class Worker:
             if claimed:
                 wait = self.poll_floor
                 if self._room() > 0:
+                    # the bodies just started take their first step before the next claim is
+                    # sent: a pickup does not wait for a claim that finds nothing
+                    await asyncio.sleep(0)
                     continue
                 timeout = None  # at the cap: a freed slot kicks
             elif self._room() == 0:

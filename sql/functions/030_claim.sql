@@ -38,7 +38,8 @@ create type jobs.claimed_job as (
 -- batch_size (the candidates are materialised before the update). A burial counts as dead (or
 -- failed) in the counters, in the burying statement (since revision 0006).
 -- Raises X_JOB_CLAIM_QUEUES_EMPTY, X_ARGUMENT_INVALID. Locks: the rows it answers.
--- Introduced in revision 0001; since revision 0007 the waiting rows are updated by primary key.
+-- Introduced in revision 0001; since revision 0007 the waiting rows are updated by primary key
+-- and the plans are generic.
 create function jobs.claim_v1(
   queues text[],
   worker_id text,
@@ -50,6 +51,9 @@ returns setof jobs.claimed_job
 language plpgsql
 volatile
 set search_path = pg_catalog, pg_temp
+-- the statements' plans are kept (since revision 0007): re-planning them on every call, as the
+-- plan cache chose to, was most of an idle worker's pickup claim
+set plan_cache_mode = force_generic_plan
 as $$
 declare
   v_now timestamptz := jobs._now();

@@ -1,7 +1,8 @@
--- Revision 0007 up: the hot path. jobs.claim_v1 updates the rows it hands out by primary key,
--- and jobs.ack_many_v1 reads and locks each row by primary key before its fence is judged (both
--- let the planner scan far more of jobs.jobs than they touch). Same arguments, answers and
--- errors. Schema version 7. Frozen: never edit after release; a change ships as a new revision.
+-- Revision 0007 up: the hot path. jobs.claim_v1 updates the rows it hands out by primary key and
+-- keeps generic plans, and jobs.ack_many_v1 reads and locks each row by primary key before its
+-- fence is judged (both let the planner scan far more of jobs.jobs than they touch). Same
+-- arguments, answers and errors. Schema version 7. Frozen: never edit after release; a change
+-- ships as a new revision.
 
 create or replace function jobs.version()
 returns integer
@@ -24,6 +25,9 @@ returns setof jobs.claimed_job
 language plpgsql
 volatile
 set search_path = pg_catalog, pg_temp
+-- the statements' plans are kept (since revision 0007): re-planning them on every call, as the
+-- plan cache chose to, was most of an idle worker's pickup claim
+set plan_cache_mode = force_generic_plan
 as $$
 declare
   v_now timestamptz := jobs._now();
