@@ -50,6 +50,9 @@ WOKEN_IDLE_CEILING = timedelta(seconds=10)
 DRAIN_DEADLINE = timedelta(seconds=25)
 LOCAL_TIMER_HORIZON = timedelta(minutes=1)
 LOCAL_TIMER_MARGIN = 0.05  # seconds
+# how often a queue's claim also buries and re-takes lapsed leases: their scan steps over every
+# dead entry of the lease index, so a busy worker does it once a second rather than every claim
+LAPSED_SCAN_INTERVAL = 1.0  # seconds
 
 
 def _slots(value: object, field: str) -> int:
@@ -133,6 +136,7 @@ class Worker:
         self.abandoned = 0  # attempts left to their lease at the drain deadline
         self._stopped = asyncio.Event()
         self._rotation = 0
+        self._lapsed_scanned: dict[str, float] = {}  # queue -> when its lapsed leases were sought
         self._idle = True
         self._outcomes: Counter[str] = Counter()
         self.executions: list[JobExecution] = []
@@ -355,6 +359,10 @@ class Worker:
             return 0
         dropping = [job.name for job in self.registry.jobs() if not job.retry.dead_letter]
         asked = time.monotonic()  # the lease runs from the claim, not from the attempt's start
+        recover = any(
+            asked - self._lapsed_scanned.get(queue, -math.inf) >= LAPSED_SCAN_INTERVAL
+            for queue in queues
+        )
         rows = await self.db.run(
             calls.claim(
                 queues,
@@ -362,8 +370,11 @@ class Worker:
                 batch_size=size,
                 visibility=self.visibility,
                 drop_exhausted=dropping,
+                recover_lapsed=recover,
             )
         )
+        if recover:
+            self._lapsed_scanned.update(dict.fromkeys(queues, asked))
         started = 0
         # claimed rows start first: a slow on_settled hook of a buried row must not eat into
         # their leases

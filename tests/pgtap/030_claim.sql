@@ -2,7 +2,7 @@
 -- the lease and claim token, re-taking a dead worker's rows, and burying exhausted ones (R40).
 begin;
 \ir fixtures/factory.sql
-select plan(78);
+select plan(86);
 
 set local durajobs.now = '2026-01-01 00:00:00+00';
 
@@ -294,6 +294,47 @@ select results_eq(
   'claim_v2 answers has_steps true for a second attempt even with no step stored');
 select throws_ok($$select * from jobs.claim_v2(queues => array[]::text[], worker_id => 'w')$$,
                  'JQ006', null, 'claim_v2 refuses an empty queue list as claim_v1 does');
+
+-- claim_v3: claim_v2, and recover_lapsed says whether the call also looks for lapsed leases
+select jobs_test.enqueue(name => 'v3-lapsed', queue => 'q-v3') as v3_lapsed \gset
+select jobs_test.enqueue(name => 'v3-final', queue => 'q-v3', max_attempts => 1) as v3_final \gset
+select jobs_test.claim_one(queue => 'q-v3') \g /dev/null
+select jobs_test.claim_one(queue => 'q-v3') \g /dev/null
+select jobs_test.lapse(:'v3_lapsed') \g /dev/null
+select jobs_test.lapse(:'v3_final') \g /dev/null
+select jobs_test.enqueue(name => 'v3-waiting', queue => 'q-v3') as v3_waiting \gset
+select results_eq(
+  $$select name, state, attempt, has_steps
+      from jobs.claim_v3(queues => array['q-v3'], worker_id => 'w3', batch_size => 5,
+                         recover_lapsed => false)$$,
+  $$values ('v3-waiting', 'running', 1, false)$$,
+  'claim_v3 without recover_lapsed hands out the waiting row and leaves the lapsed ones');
+select results_eq(
+  format($$select state from jobs.jobs where id in (%L, %L) order by name$$,
+         :'v3_lapsed', :'v3_final'),
+  $$values ('running'), ('running')$$,
+  'the lapsed rows are untouched: neither re-taken nor buried');
+select results_eq(
+  $$select name, state, attempt, has_steps
+      from jobs.claim_v3(queues => array['q-v3'], worker_id => 'w3', batch_size => 5)
+     order by name$$,
+  $$values ('v3-final', 'dead', 1, false), ('v3-lapsed', 'running', 2, true)$$,
+  'claim_v3 recovers by default: the final attempt is buried, the other re-taken');
+select results_eq(
+  $$select claimed_by from jobs.jobs where name = 'v3-lapsed'$$,
+  $$values ('w3')$$,
+  'the re-taken row now belongs to the claiming worker');
+select throws_ok($$select * from jobs.claim_v3(queues => array[]::text[], worker_id => 'w')$$,
+                 'JQ006', null, 'claim_v3 refuses an empty queue list');
+select throws_like(
+  $$select * from jobs.claim_v3(queues => array[]::text[], worker_id => 'w')$$,
+  'X_JOB_CLAIM_QUEUES_EMPTY: jobs.claim_v3:%', 'claim_v3''s refusal names claim_v3');
+select throws_like(
+  $$select * from jobs.claim_v1(queues => array[]::text[], worker_id => 'w')$$,
+  'X_JOB_CLAIM_QUEUES_EMPTY: jobs.claim_v1:%', 'claim_v1''s refusal still names claim_v1');
+select throws_ok(
+  $$select * from jobs.claim_v3(queues => array['q'], worker_id => 'w', recover_lapsed => null)$$,
+  'JQ001', null, 'claim_v3 refuses a NULL recover_lapsed');
 
 select * from finish();
 rollback;

@@ -79,8 +79,8 @@ select is(
 select ok(
   (select 'plan_cache_mode=force_generic_plan' = any(p.proconfig)
      from pg_proc p
-    where p.oid = 'jobs.claim_v1(text[], text, integer, interval, text[])'::regprocedure),
-  'jobs.claim_v1 keeps generic plans');
+    where p.oid = 'jobs._claim(text, text[], text, integer, interval, text[], boolean)'::regprocedure),
+  'jobs._claim (behind claim_v1 and claim_v3) keeps generic plans');
 
 select * from finish();
 rollback;

@@ -208,7 +208,7 @@ def test_a_claim_pass_that_fails_never_kills_the_loop(database_url, caplog):
     failures = {"left": 1}
 
     async def flaky(call):
-        if call.function == "jobs.claim_v2" and failures["left"]:
+        if call.function == "jobs.claim_v3" and failures["left"]:
             failures["left"] -= 1
             raise psycopg.OperationalError("the pool blinked")
         return await real_run(call)
@@ -618,7 +618,7 @@ def test_a_drain_during_a_claim_hands_the_claimed_rows_back(database_url):
 
     async def drain_mid_claim(call):
         answer = await real_run(call)
-        if call.function == "jobs.claim_v2" and answer:
+        if call.function == "jobs.claim_v3" and answer:
             worker.drain()  # SIGTERM lands while the claim was on the wire
         return answer
 
@@ -843,7 +843,7 @@ def test_an_idle_pass_is_one_claim_over_every_queue(database_url):
     claims: list[list[str]] = []
 
     async def counting(call):
-        if call.function == "jobs.claim_v2":
+        if call.function == "jobs.claim_v3":
             claims.append(list(call.params["queues"]))
         return await real_run(call)
 
@@ -868,7 +868,7 @@ def test_a_wake_for_a_queue_the_worker_does_not_serve_is_ignored(database_url):
     claims: list[int] = []
 
     async def counting(call):
-        if call.function == "jobs.claim_v2":
+        if call.function == "jobs.claim_v3":
             claims.append(1)
         return await real_run(call)
 
@@ -1021,3 +1021,45 @@ def test_a_slot_frees_when_the_body_ends_not_when_its_ack_lands(database_url):
     asyncio.run(run_until(worker, lambda: worker.stats().completed == 2))
     assert running["most"] == 1, "the cap on running bodies still holds"
     assert timeline.index("start b") < timeline.index("ack landed"), timeline
+
+
+def test_a_worker_seeks_lapsed_leases_once_a_second_and_still_re_takes_them(database_url):
+    """The scan for lapsed leases steps over every dead lease-index entry a vacuum has not yet
+    removed, so claims ask for it at most once a second per queue (claim_v3 recover_lapsed)."""
+    registry = _registry(database_url)
+    ran: list[str] = []
+
+    @registry.job(name="tick", input=Item, idempotency_key=lambda i: i.key, tenant="none")
+    async def tick(ctx):
+        ran.append(ctx.input.key)
+
+    with durajobs.Client.connect(database_url) as client:
+        client.enqueue("tick", {"key": "lost"}, "lost")
+        assert len(client.claim(["default"], "a-worker-that-died")) == 1
+    with psycopg.connect(database_url, autocommit=True) as connection:
+        connection.execute("update jobs.jobs set lease_expires_at = now() - interval '1 second'")
+
+    worker = Worker(
+        registry,
+        database_url,
+        listen=False,
+        poll_floor=timedelta(milliseconds=10),
+        idle_ceiling=timedelta(milliseconds=10),
+    )
+    real_run = worker.db.run
+    claims: list[tuple[float, bool]] = []
+
+    async def spying(call):
+        if call.function == "jobs.claim_v3":
+            claims.append((time.monotonic(), call.params.get("recover_lapsed", True)))
+        return await real_run(call)
+
+    worker.db.run = spying  # type: ignore[method-assign]
+    began = time.monotonic()
+    asyncio.run(run_until(worker, lambda: time.monotonic() - began >= 2.5))
+
+    assert ran == ["lost"], "the first claim re-takes the lapsed lease"
+    seeking = [at for at, recover in claims if recover]
+    assert len(claims) > 40, "an idle worker polling every 10 ms claims often"
+    assert 2 <= len(seeking) <= 4
+    assert all(later - earlier >= 1.0 for earlier, later in zip(seeking, seeking[1:]))

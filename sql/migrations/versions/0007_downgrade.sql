@@ -1,5 +1,5 @@
--- Revision 0007 down: put back the claim_v1 and ack_many_v1 of revision 0006, and go back to
--- schema version 6.
+-- Revision 0007 down: put back the claim_v1 and ack_many_v1 of revision 0006, drop
+-- jobs.claim_v3 and jobs._claim, and go back to schema version 6.
 
 create or replace function jobs.version()
 returns integer
@@ -178,6 +178,9 @@ begin
      order by c.priority, c.run_at, c.id;
 end;
 $$;
+
+drop function jobs.claim_v3(text[], text, integer, interval, text[], boolean);
+drop function jobs._claim(text, text[], text, integer, interval, text[], boolean);
 
 create or replace function jobs.ack_many_v1(worker_id text, ids uuid[], claims bigint[])
 returns setof jobs.settle_result

@@ -1,8 +1,9 @@
--- Revision 0007 up: the hot path. jobs.claim_v1 updates the rows it hands out by primary key and
--- keeps generic plans, and jobs.ack_many_v1 reads and locks each row by primary key before its
--- fence is judged (both let the planner scan far more of jobs.jobs than they touch). Same
--- arguments, answers and errors. Schema version 7. Frozen: never edit after release; a change
--- ships as a new revision.
+-- Revision 0007 up: the hot path. The claim moves into jobs._claim, which updates the rows it
+-- hands out by primary key and keeps generic plans; jobs.claim_v1 calls it, and jobs.claim_v3
+-- lets a worker skip the scan for lapsed leases between its once-a-second recoveries.
+-- jobs.ack_many_v1 reads and locks each row by primary key before its fence is judged. Same
+-- arguments, answers and errors for every function that existed. Schema version 7. Frozen:
+-- never edit after release; a change ships as a new revision.
 
 create or replace function jobs.version()
 returns integer
@@ -13,13 +14,20 @@ as $$
   select 7
 $$;
 
--- >>> sql/functions/030_claim.sql: claim_v1
-create or replace function jobs.claim_v1(
+-- >>> sql/functions/030_claim.sql: _claim, claim_v1, claim_v3
+-- jobs._claim: the claim itself, for jobs.claim_v1 and jobs.claim_v3. Arguments: the calling
+-- function's name (errors name it), then those of jobs.claim_v3, none defaulted.
+-- recover_lapsed false skips the burial and the re-take (both read jobs_lease_idx); the waiting
+-- rows are handed out as always. Raises what jobs.claim_v1 raises, naming function_name.
+-- Introduced in revision 0007 (the body of jobs.claim_v1 until then).
+create function jobs._claim(
+  function_name text,
   queues text[],
   worker_id text,
-  batch_size integer default 1,
-  visibility interval default interval '30 seconds',
-  drop_exhausted text[] default '{}'
+  batch_size integer,
+  visibility interval,
+  drop_exhausted text[],
+  recover_lapsed boolean
 )
 returns setof jobs.claimed_job
 language plpgsql
@@ -37,23 +45,26 @@ begin
   if queues is null or cardinality(queues) = 0 then
     perform jobs._raise(
       'X_JOB_CLAIM_QUEUES_EMPTY',
-      'jobs.claim_v1: queues is empty, so no job could ever be claimed',
-      jsonb_build_object('function', 'jobs.claim_v1', 'argument', 'queues'));
+      function_name || ': queues is empty, so no job could ever be claimed',
+      jsonb_build_object('function', function_name, 'argument', 'queues'));
   end if;
   if exists (select 1 from unnest(queues) q where q is null or btrim(q) = '') then
-    perform jobs._invalid('jobs.claim_v1', 'queues', 'must not contain NULL or empty names');
+    perform jobs._invalid(function_name, 'queues', 'must not contain NULL or empty names');
   end if;
   if worker_id is null or btrim(worker_id) = '' then
-    perform jobs._invalid('jobs.claim_v1', 'worker_id', 'must be a non-empty worker id');
+    perform jobs._invalid(function_name, 'worker_id', 'must be a non-empty worker id');
   end if;
   if batch_size is null or batch_size < 1 then
-    perform jobs._invalid('jobs.claim_v1', 'batch_size', 'must be an integer of at least 1');
+    perform jobs._invalid(function_name, 'batch_size', 'must be an integer of at least 1');
   end if;
   if visibility is null or visibility <= interval '0' then
-    perform jobs._invalid('jobs.claim_v1', 'visibility', 'must be a positive interval');
+    perform jobs._invalid(function_name, 'visibility', 'must be a positive interval');
   end if;
   if drop_exhausted is null then
-    perform jobs._invalid('jobs.claim_v1', 'drop_exhausted', 'must be an array (empty for none)');
+    perform jobs._invalid(function_name, 'drop_exhausted', 'must be an array (empty for none)');
+  end if;
+  if recover_lapsed is null then
+    perform jobs._invalid(function_name, 'recover_lapsed', 'must be true or false');
   end if;
 
   -- a pause is a row, read here, so it takes effect at every worker's next claim
@@ -65,79 +76,84 @@ begin
     return;
   end if;
 
-  -- bury: a row whose lease lapsed on its final attempt would take a worker per lease forever
-  return query
-    with lapsed as materialized (
-      select j.id
-        from jobs.jobs j
-       where j.state = 'running'
-         and j.lease_expires_at <= v_now
-         and j.queue = any(v_queues)
-         and j.attempt >= j.max_attempts
-       order by j.lease_expires_at, j.id
-       limit claim_v1.batch_size
-         for update skip locked
-    ),
-    buried as (
-      update jobs.jobs j
-         set state = case when j.name = any(drop_exhausted) then 'failed' else 'dead' end,
-             last_error = 'LEASE_LAPSED_FINAL_ATTEMPT',
-             last_error_code = null,
-             last_error_stack = null,
-             lease_expires_at = null,
-             finished_at = v_now,
-             updated_at = v_now
-        from lapsed
-       where j.id = lapsed.id
-      returning j.id, j.run_id, j.name, j.queue, j.input, j.tenant_id, j.state, j.attempt,
-                j.max_attempts, j.claims, j.priority, j.run_at, j.created_at, j.lease_expires_at,
-                j.last_error, j.traceparent, j.enqueued_by, j.claimed_at
-    ),
-    -- a burial ends the row, so it counts where a settle would
-    counted as (
-      select jobs._count_settled(v_now, array_agg(b.name), array_agg(b.state),
-                                 array_agg(b.claimed_at))
+  v_taken := 0;
+  -- the scans for lapsed leases step over every dead entry of jobs_lease_idx until a vacuum
+  -- removes them: a busy worker asks for them about once a second, not on every claim
+  if recover_lapsed then
+    -- bury: a row whose lease lapsed on its final attempt would take a worker per lease forever
+    return query
+      with lapsed as materialized (
+        select j.id
+          from jobs.jobs j
+         where j.state = 'running'
+           and j.lease_expires_at <= v_now
+           and j.queue = any(v_queues)
+           and j.attempt >= j.max_attempts
+         order by j.lease_expires_at, j.id
+         limit _claim.batch_size
+           for update skip locked
+      ),
+      buried as (
+        update jobs.jobs j
+           set state = case when j.name = any(drop_exhausted) then 'failed' else 'dead' end,
+               last_error = 'LEASE_LAPSED_FINAL_ATTEMPT',
+               last_error_code = null,
+               last_error_stack = null,
+               lease_expires_at = null,
+               finished_at = v_now,
+               updated_at = v_now
+          from lapsed
+         where j.id = lapsed.id
+        returning j.id, j.run_id, j.name, j.queue, j.input, j.tenant_id, j.state, j.attempt,
+                  j.max_attempts, j.claims, j.priority, j.run_at, j.created_at, j.lease_expires_at,
+                  j.last_error, j.traceparent, j.enqueued_by, j.claimed_at
+      ),
+      -- a burial ends the row, so it counts where a settle would
+      counted as (
+        select jobs._count_settled(v_now, array_agg(b.name), array_agg(b.state),
+                                   array_agg(b.claimed_at))
+          from buried b
+      )
+      select b.id, b.run_id, b.name, b.queue, b.input, b.tenant_id, b.state, b.attempt,
+             b.max_attempts, b.claims, b.priority, b.run_at, b.created_at, b.lease_expires_at,
+             b.last_error, b.traceparent, b.enqueued_by
         from buried b
-    )
-    select b.id, b.run_id, b.name, b.queue, b.input, b.tenant_id, b.state, b.attempt,
-           b.max_attempts, b.claims, b.priority, b.run_at, b.created_at, b.lease_expires_at,
-           b.last_error, b.traceparent, b.enqueued_by
-      from buried b
-     cross join counted;
+       cross join counted;
 
-  -- re-take: a dead worker's row with attempts left comes back as a new, counted attempt
-  return query
-    with lapsed as materialized (
-      select j.id
-        from jobs.jobs j
-       where j.state = 'running'
-         and j.lease_expires_at <= v_now
-         and j.queue = any(v_queues)
-         and j.attempt < j.max_attempts
-       order by j.lease_expires_at, j.id
-       limit claim_v1.batch_size
-         for update skip locked
-    ),
-    claimed as (
-      update jobs.jobs j
-         set claimed_by = claim_v1.worker_id,
-             claimed_at = v_now,
-             lease_expires_at = v_now + claim_v1.visibility,
-             claims = j.claims + 1,
-             attempt = j.attempt + 1,
-             updated_at = v_now
-        from lapsed
-       where j.id = lapsed.id
-      returning j.id, j.run_id, j.name, j.queue, j.input, j.tenant_id, j.state, j.attempt,
-                j.max_attempts, j.claims, j.priority, j.run_at, j.created_at, j.lease_expires_at,
-                j.last_error, j.traceparent, j.enqueued_by
-    )
-    select c.id, c.run_id, c.name, c.queue, c.input, c.tenant_id, c.state, c.attempt,
-           c.max_attempts, c.claims, c.priority, c.run_at, c.created_at, c.lease_expires_at,
-           c.last_error, c.traceparent, c.enqueued_by
-      from claimed c
-     order by c.priority, c.run_at, c.id;
-  get diagnostics v_taken = row_count;
+    -- re-take: a dead worker's row with attempts left comes back as a new, counted attempt
+    return query
+      with lapsed as materialized (
+        select j.id
+          from jobs.jobs j
+         where j.state = 'running'
+           and j.lease_expires_at <= v_now
+           and j.queue = any(v_queues)
+           and j.attempt < j.max_attempts
+         order by j.lease_expires_at, j.id
+         limit _claim.batch_size
+           for update skip locked
+      ),
+      claimed as (
+        update jobs.jobs j
+           set claimed_by = _claim.worker_id,
+               claimed_at = v_now,
+               lease_expires_at = v_now + _claim.visibility,
+               claims = j.claims + 1,
+               attempt = j.attempt + 1,
+               updated_at = v_now
+          from lapsed
+         where j.id = lapsed.id
+        returning j.id, j.run_id, j.name, j.queue, j.input, j.tenant_id, j.state, j.attempt,
+                  j.max_attempts, j.claims, j.priority, j.run_at, j.created_at, j.lease_expires_at,
+                  j.last_error, j.traceparent, j.enqueued_by
+      )
+      select c.id, c.run_id, c.name, c.queue, c.input, c.tenant_id, c.state, c.attempt,
+             c.max_attempts, c.claims, c.priority, c.run_at, c.created_at, c.lease_expires_at,
+             c.last_error, c.traceparent, c.enqueued_by
+        from claimed c
+       order by c.priority, c.run_at, c.id;
+    get diagnostics v_taken = row_count;
+  end if;
 
   if v_taken >= batch_size then
     return;
@@ -157,19 +173,19 @@ begin
              and j.state in ('ready', 'delayed', 'suspended')
              and j.run_at <= v_now
            order by j.priority, j.run_at, j.id
-           limit claim_v1.batch_size - v_taken
+           limit _claim.batch_size - v_taken
              for update skip locked
         ) w
        order by w.priority, w.run_at, w.id
-       limit claim_v1.batch_size - v_taken
+       limit _claim.batch_size - v_taken
     ),
     claimed as (
       -- by primary key: a join to `due` let the planner hash a scan of the whole table
       update jobs.jobs j
          set state = 'running',
-             claimed_by = claim_v1.worker_id,
+             claimed_by = _claim.worker_id,
              claimed_at = v_now,
-             lease_expires_at = v_now + claim_v1.visibility,
+             lease_expires_at = v_now + _claim.visibility,
              claims = j.claims + 1,
              attempt = j.attempt + 1,
              updated_at = v_now
@@ -183,6 +199,79 @@ begin
            c.last_error, c.traceparent, c.enqueued_by
       from claimed c
      order by c.priority, c.run_at, c.id;
+end;
+$$;
+
+create or replace function jobs.claim_v1(
+  queues text[],
+  worker_id text,
+  batch_size integer default 1,
+  visibility interval default interval '30 seconds',
+  drop_exhausted text[] default '{}'
+)
+returns setof jobs.claimed_job
+language plpgsql
+volatile
+set search_path = pg_catalog, pg_temp
+as $$
+begin
+  return query
+    select c.id, c.run_id, c.name, c.queue, c.input, c.tenant_id, c.state, c.attempt,
+           c.max_attempts, c.claim, c.priority, c.run_at, c.created_at, c.lease_expires_at,
+           c.last_error, c.traceparent, c.enqueued_by
+      from jobs._claim('jobs.claim_v1', queues, worker_id, batch_size, visibility,
+                       drop_exhausted, true) c;
+end;
+$$;
+
+-- jobs.claim_v3: jobs.claim_v2, and recover_lapsed (default true) says whether this call also
+-- buries and re-takes rows whose lease lapsed. A worker passes true about once a second and
+-- false between: the scan for lapsed leases reads every dead entry of jobs_lease_idx that a
+-- vacuum has not yet removed, which after a burst of work costs more than the claim itself.
+-- Arguments, order, answers, errors and locks: those of jobs.claim_v2 (errors name
+-- jobs.claim_v3), plus recover_lapsed. Introduced in revision 0007.
+create function jobs.claim_v3(
+  queues text[],
+  worker_id text,
+  batch_size integer default 1,
+  visibility interval default interval '30 seconds',
+  drop_exhausted text[] default '{}',
+  recover_lapsed boolean default true
+)
+returns table (
+  id uuid,
+  run_id uuid,
+  name text,
+  queue text,
+  input jsonb,
+  tenant_id text,
+  state text,
+  attempt integer,
+  max_attempts integer,
+  claim bigint,
+  priority integer,
+  run_at timestamptz,
+  created_at timestamptz,
+  lease_expires_at timestamptz,
+  last_error text,
+  traceparent text,
+  enqueued_by text,
+  has_steps boolean
+)
+language plpgsql
+volatile
+set search_path = pg_catalog, pg_temp
+as $$
+begin
+  return query
+    select c.id, c.run_id, c.name, c.queue, c.input, c.tenant_id, c.state, c.attempt,
+           c.max_attempts, c.claim, c.priority, c.run_at, c.created_at, c.lease_expires_at,
+           c.last_error, c.traceparent, c.enqueued_by,
+           -- as in jobs.claim_v2: a run past its first attempt always reads its history
+           c.attempt > 1 or exists (select 1 from jobs.steps s where s.run_id = c.run_id)
+      from jobs._claim('jobs.claim_v3', claim_v3.queues, claim_v3.worker_id,
+                       claim_v3.batch_size, claim_v3.visibility, claim_v3.drop_exhausted,
+                       claim_v3.recover_lapsed) c;
 end;
 $$;
 
