@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import time
 from datetime import timedelta
@@ -1062,4 +1063,4 @@ def test_a_worker_seeks_lapsed_leases_once_a_second_and_still_re_takes_them(data
     seeking = [at for at, recover in claims if recover]
     assert len(claims) > 40, "an idle worker polling every 10 ms claims often"
     assert 2 <= len(seeking) <= 4
-    assert all(later - earlier >= 1.0 for earlier, later in zip(seeking, seeking[1:]))
+    assert all(later - earlier >= 1.0 for earlier, later in itertools.pairwise(seeking))
