@@ -48,6 +48,30 @@ as $$
     'hex')::uuid
 $$;
 
+-- jobs._uuid_v7_many: n time-ordered uuids (as jobs._uuid_v7) made by one statement, for a
+-- batch: a function call per row cost more than the row's insert.
+-- Answers uuid[] of n elements (empty for n < 1). Raises nothing. Introduced in revision 0007.
+create function jobs._uuid_v7_many(n integer)
+returns uuid[]
+language sql
+volatile
+set search_path = pg_catalog, pg_temp
+as $$
+  -- the expression of jobs._uuid_v7, once per element
+  select coalesce(array_agg(
+    encode(
+      set_bit(
+        set_bit(
+          overlay(
+            uuid_send(gen_random_uuid())
+            placing substring(int8send(floor(extract(epoch from clock_timestamp()) * 1000)::bigint) from 3)
+            from 1 for 6),
+          52, 1),
+        53, 1),
+      'hex')::uuid order by g), '{}')
+    from generate_series(1, n) g
+$$;
+
 -- jobs.job_states: every state a job row can be in, in lifecycle order.
 -- Answers text[]. Raises nothing. Introduced in revision 0001.
 create function jobs.job_states()

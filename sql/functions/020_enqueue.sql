@@ -34,7 +34,8 @@ create type jobs._enqueue_request as (
 -- jobs._check_enqueue: refuse a request a caller could not have meant.
 -- Arguments: the calling function's name, a prefix naming the request (e.g. 'requests[3].'), and
 -- the request's fields. Raises X_ARGUMENT_INVALID, X_JOB_INPUT_INVALID, X_IDEMPOTENCY_REQUIRED.
--- Locks nothing. Introduced in revision 0001.
+-- Locks nothing. Introduced in revision 0001. jobs.enqueue_many finds the first request to refuse
+-- with the same tests (since revision 0007): change both together.
 create function jobs._check_enqueue(
   function_name text,
   prefix text,
@@ -320,6 +321,8 @@ declare
   v_inserted uuid[];
   v_request jobs._enqueue_request;
   v_bad_key text;
+  v_bad_ord integer;
+  v_new_ids uuid[];
   v_duplicate record;
   v_queue text;
 begin
@@ -353,25 +356,35 @@ begin
     perform jobs._invalid('jobs.enqueue_many', v_bad_key, 'must not be null (leave it out for the default)');
   end if;
 
+  v_new_ids := jobs._uuid_v7_many(jsonb_array_length(requests));
   begin
+  -- one typed pass over the array (jsonb_to_recordset): a field lookup and a cast per field
+  -- and request cost more than the insert
   select coalesce(array_agg(parsed.r order by (parsed.r).ord), '{}')
     into v_requests
     from (
-      select (e.ord::integer,
-              coalesce((e.item ->> 'id')::uuid, jobs._uuid_v7()),
-              e.item ? 'id' and e.item ->> 'id' is not null,
-              e.item ->> 'name',
-              coalesce(e.item ->> 'queue', 'default'),
-              e.item -> 'input',
-              e.item ->> 'idempotency_key',
-              e.item ->> 'tenant_id',
-              coalesce((e.item ->> 'run_id')::uuid, gen_random_uuid()),
-              coalesce((e.item ->> 'run_at')::timestamptz, v_now),
-              coalesce((e.item ->> 'max_attempts')::integer, 20),
-              coalesce((e.item ->> 'priority')::integer, 0),
-              e.item ->> 'traceparent',
-              e.item ->> 'enqueued_by')::jobs._enqueue_request as r
-        from jsonb_array_elements(requests) with ordinality as e(item, ord)
+      select (x.ord::integer,
+              coalesce(x.id, v_new_ids[x.ord]),
+              x.id is not null,
+              x.name,
+              coalesce(x.queue, 'default'),
+              x.input,
+              x.idempotency_key,
+              x.tenant_id,
+              coalesce(x.run_id, gen_random_uuid()),
+              coalesce(x.run_at, v_now),
+              coalesce(x.max_attempts, 20),
+              coalesce(x.priority, 0),
+              x.traceparent,
+              x.enqueued_by)::jobs._enqueue_request as r
+        from rows from (
+               jsonb_to_recordset(requests) as (
+                 id uuid, name text, queue text, input jsonb, idempotency_key text,
+                 tenant_id text, run_id uuid, run_at timestamptz, max_attempts integer,
+                 priority integer, traceparent text, enqueued_by text)
+             ) with ordinality as x(id, name, queue, input, idempotency_key, tenant_id, run_id,
+                                    run_at, max_attempts, priority, traceparent, enqueued_by,
+                                    ord)
     ) parsed;
   exception
     when invalid_text_representation or invalid_datetime_format or datetime_field_overflow
@@ -391,12 +404,29 @@ begin
     perform jobs._invalid('jobs.enqueue_many', v_bad_key, 'repeats the id of an earlier request');
   end if;
 
-  foreach v_request in array v_requests loop
+  -- one pass finds the first request that jobs._check_enqueue would refuse (the same tests, kept
+  -- in step with it); only that request is checked by it, which raises the error naming it. A
+  -- call per request cost more than the request's insert.
+  select r.ord
+    into v_bad_ord
+    from unnest(v_requests) r
+   where r.name is null or btrim(r.name) = ''
+      or r.input is null or jsonb_typeof(r.input) <> 'object'
+      or r.idempotency_key is null or btrim(r.idempotency_key) = ''
+      or r.queue is null or btrim(r.queue) = ''
+      or r.tenant_id = ''
+      or not isfinite(r.run_at)
+      or r.max_attempts is null or r.max_attempts < 1
+      or r.priority is null
+   order by r.ord
+   limit 1;
+  if v_bad_ord is not null then
+    v_request := v_requests[v_bad_ord];
     perform jobs._check_enqueue('jobs.enqueue_many', format('requests[%s].', v_request.ord),
                                 v_request.name, v_request.input, v_request.idempotency_key,
                                 v_request.queue, v_request.tenant_id, v_request.run_at,
                                 v_request.max_attempts, v_request.priority);
-  end loop;
+  end if;
 
   v_pending := v_requests;
   -- two passes at most, as in jobs.enqueue: a live holder may finish between conflict and lookup

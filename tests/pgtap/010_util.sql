@@ -1,7 +1,7 @@
 -- 010_util: the clock, ids, vocabularies, the error registry and the schema version.
 begin;
 \ir fixtures/factory.sql
-select plan(24);
+select plan(29);
 
 -- jobs.version: the installed schema version is 1
 select is(jobs.version(), 7, 'jobs.version() answers 7 (revision 0007)');
@@ -28,6 +28,21 @@ select ok(
   from (select jobs._uuid_v7() as u from generate_series(1, 100)) s;
 select is(count(distinct u), 100::bigint, '_uuid_v7() answers distinct ids')
   from (select jobs._uuid_v7() as u from generate_series(1, 100)) s;
+
+-- jobs._uuid_v7_many: the same ids, n of them from one statement
+select is(cardinality(jobs._uuid_v7_many(500)), 500, '_uuid_v7_many(500) answers 500 ids');
+select is(jobs._uuid_v7_many(0), '{}'::uuid[], '_uuid_v7_many(0) answers none');
+select ok(
+  bool_and(substr(replace(u::text, '-', ''), 13, 1) = '7'
+           and substr(replace(u::text, '-', ''), 17, 1) in ('8', '9', 'a', 'b')),
+  '_uuid_v7_many sets the version and variant bits')
+  from unnest(jobs._uuid_v7_many(100)) u;
+select is(count(distinct u), 500::bigint, '_uuid_v7_many answers distinct ids')
+  from unnest(jobs._uuid_v7_many(500)) u;
+select cmp_ok(
+  substr(replace((jobs._uuid_v7_many(1))[1]::text, '-', ''), 1, 12), '>=',
+  substr(replace(jobs._uuid_v7()::text, '-', ''), 1, 12),
+  '_uuid_v7_many stamps the current millisecond, as _uuid_v7 does');
 
 -- jobs._uuid_v7: the first 48 bits are the creation time in unix milliseconds
 select ok(

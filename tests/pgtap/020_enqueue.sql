@@ -2,7 +2,7 @@
 -- dedupe on the live (name, tenant, idempotency key), with the regression cases R1-R7, R16, R87.
 begin;
 \ir fixtures/factory.sql
-select plan(150);
+select plan(159);
 
 set local durajobs.now = '2026-01-01 00:00:00+00';
 
@@ -326,6 +326,46 @@ select is((select run_id from many_3 where ord = 3), :'r16_done_run_id'::uuid,
 select is((select count(*) from jobs.jobs where id = '01950000-0000-7000-8000-000000000016'
                                              or idempotency_key = 'k-r16-many'),
           1::bigint, 'enqueue_many: an existing id inserts no row (R16)');
+
+-- every check of a request, found in one pass, names the first request it refuses
+select throws_like(
+  $$select * from jobs.enqueue_many($j$[{"name": "ok", "input": {}, "idempotency_key": "c1"},
+                                       {"name": " ", "input": {}, "idempotency_key": "c2"}]$j$)$$,
+  '%requests[2].name%', 'enqueue_many: a blank name names requests[2]');
+select throws_like(
+  $$select * from jobs.enqueue_many($j$[{"name": "ok", "input": {}, "idempotency_key": "c1"},
+                                       {"name": "ok", "input": {}, "idempotency_key": " "}]$j$)$$,
+  '%requests[2].idempotency_key%', 'enqueue_many: a blank idempotency_key names requests[2]');
+select throws_like(
+  $$select * from jobs.enqueue_many($j$[{"name": "ok", "input": {}, "idempotency_key": "c1", "queue": " "}]$j$)$$,
+  '%requests[1].queue%', 'enqueue_many: a blank queue names requests[1]');
+select throws_like(
+  $$select * from jobs.enqueue_many($j$[{"name": "ok", "input": {}, "idempotency_key": "c1", "tenant_id": ""}]$j$)$$,
+  '%requests[1].tenant_id%', 'enqueue_many: an empty tenant_id names requests[1]');
+select throws_like(
+  $$select * from jobs.enqueue_many($j$[{"name": "ok", "input": {}, "idempotency_key": "c1", "run_at": "infinity"}]$j$)$$,
+  '%requests[1].run_at%', 'enqueue_many: an infinite run_at names requests[1]');
+select throws_like(
+  $$select * from jobs.enqueue_many($j$[{"name": "ok", "input": {}, "idempotency_key": "c1"},
+                                       {"name": "ok", "input": {}, "idempotency_key": "c2"},
+                                       {"name": "ok", "input": {}, "idempotency_key": "c3", "max_attempts": 0}]$j$)$$,
+  '%requests[3].max_attempts%', 'enqueue_many: max_attempts 0 names requests[3]');
+select throws_like(
+  $$select * from jobs.enqueue_many($j$[{"name": "ok", "input": [], "idempotency_key": "c1"}]$j$)$$,
+  '%requests[1].input%', 'enqueue_many: an input that is not an object names requests[1]');
+-- two bad requests: the first is named, with the first check it fails
+select throws_like(
+  $$select * from jobs.enqueue_many($j$[{"name": "ok", "input": {}, "idempotency_key": "c1"},
+                                       {"name": "ok", "input": {}, "idempotency_key": "c2", "max_attempts": 0, "queue": " "},
+                                       {"name": " ", "input": {}, "idempotency_key": "c3"}]$j$)$$,
+  '%requests[2].queue%', 'enqueue_many: of two bad requests the first is named, by its first failed check');
+select is(
+  (select count(*) from jobs.enqueue_many(
+     (select jsonb_agg(jsonb_build_object('name', 'ids', 'input', '{}'::jsonb,
+                                          'idempotency_key', 'ids-' || g))
+        from generate_series(1, 50) g))
+   where id is not null and not deduped),
+  50::bigint, 'enqueue_many gives each of 50 requests an id of its own');
 
 -- a bad element raises with its code, and nothing of the batch is inserted
 select jobs_test.job_count() as many_bad_before \gset
