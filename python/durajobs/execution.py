@@ -441,13 +441,31 @@ class Attempt:
                     JobTimeout(f"job {claimed.name} ran past its timeout of {limit}")
                 ),
             )
-        on_late = self._late
         try:
-            model = job.parse(claimed.input)
+            task = self._launch(job, book, loop, executor)
         except Exception as refused:
+            # the input did not parse, or calling the handler raised before its body ran (a
+            # handler that takes no ctx): an ordinary failure of the attempt, decided as such
             if on_done is not None:
                 on_done()
-            return Body(job, signal, None, refused=refused, on_late=on_late)
+            return Body(job, signal, None, refused=refused, on_late=self._late)
+        if job.is_async:
+            # a thread cannot be cancelled: a plain def body reads the signal itself
+            signal.on_cancel(lambda _reason: loop.call_soon_threadsafe(task.cancel))
+        if on_done is not None:
+            task.add_done_callback(lambda _task: on_done())
+        return Body(job, signal, task, on_late=self._late)
+
+    def _launch(
+        self,
+        job: Job[Any],
+        book: StepBook,
+        loop: asyncio.AbstractEventLoop,
+        executor: Executor | None,
+    ) -> asyncio.Future[Any]:
+        """Parse the input, build the context and start the body: a task, or a thread."""
+        claimed = self.claimed
+        model = job.parse(claimed.input)
         fields: dict[str, Any] = {
             "input": model,
             "job": claimed.name,
@@ -458,21 +476,19 @@ class Attempt:
             "max_attempts": claimed.max_attempts,
             "tenant_id": claimed.tenant_id,
             "enqueued_by": claimed.enqueued_by,
-            "signal": signal,
+            "signal": self.signal,
             "reporter": self.reporter,
         }
-        task: asyncio.Future[Any]
         if job.is_async:
-            task = asyncio.ensure_future(job.handler(JobContext(**fields, step=AsyncSteps(book))))
-            signal.on_cancel(lambda _reason: loop.call_soon_threadsafe(task.cancel))
-        else:
-            context = SyncJobContext(**fields, step=SyncSteps(book, loop))
-            # the thread runs in a copy of this context, so the attempt's span is its parent too
-            body = contextvars.copy_context().run
-            task = asyncio.ensure_future(loop.run_in_executor(executor, body, job.handler, context))
-        if on_done is not None:
-            task.add_done_callback(lambda _task: on_done())
-        return Body(job, signal, task, on_late=on_late)
+            started: asyncio.Future[Any] = asyncio.ensure_future(
+                job.handler(JobContext(**fields, step=AsyncSteps(book)))
+            )
+            return started
+        context = SyncJobContext(**fields, step=SyncSteps(book, loop))
+        # the thread runs in a copy of this context, so the attempt's span is its parent too
+        body = contextvars.copy_context().run
+        threaded: asyncio.Future[Any] = loop.run_in_executor(executor, body, job.handler, context)
+        return threaded
 
     def settle_soon(self, body: Body, on_finished: Callable[[JobExecution], None]) -> bool:
         """Ack a body that ended cleanly from a callback, with no task of its own; `on_finished`

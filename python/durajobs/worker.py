@@ -373,7 +373,8 @@ class Worker:
                 recover_lapsed=recover,
             )
         )
-        if recover:
+        # a full batch or a burial may have left lapsed rows behind: look again on the next claim
+        if recover and len(rows) < size and not any(row.buried for row in rows):
             self._lapsed_scanned.update(dict.fromkeys(queues, asked))
         started = 0
         # claimed rows start first: a slow on_settled hook of a buried row must not eat into
@@ -497,6 +498,10 @@ class Worker:
     def _settled(self, held: _Held, execution: JobExecution) -> None:
         try:
             self._record(held, execution)
+        except Exception as failure:
+            log.error(
+                "jobs.worker.attempt-crashed", extra={"id": str(held.row.id), "error": str(failure)}
+            )
         finally:
             self._close(held)
 

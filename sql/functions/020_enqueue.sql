@@ -368,7 +368,10 @@ begin
               x.id is not null,
               x.name,
               coalesce(x.queue, 'default'),
-              x.input,
+              -- a JSON null input stays jsonb 'null' (the recordset makes it SQL NULL), so the
+              -- refusal says "got null" as it always did
+              coalesce(x.input,
+                       case when requests -> (x.ord::integer - 1) ? 'input' then 'null'::jsonb end),
               x.idempotency_key,
               x.tenant_id,
               coalesce(x.run_id, gen_random_uuid()),

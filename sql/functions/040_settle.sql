@@ -74,8 +74,9 @@ $$;
 
 -- jobs.ack_many_v1: ack many claimed jobs of one worker in one statement.
 -- Arguments: worker_id, ids and claims (parallel arrays of equal length).
--- Answers (id, landed) per id, in input order. Raises X_ARGUMENT_INVALID. Locks the rows, in id
--- order. Introduced in revision 0001; since revision 0007 each row is read by primary key.
+-- Answers (id, landed) per id, in input order. Raises X_ARGUMENT_INVALID. Locks the rows this
+-- worker holds under those claims, in id order. Introduced in revision 0001; since revision 0007
+-- each row is read by primary key.
 create function jobs.ack_many_v1(worker_id text, ids uuid[], claims bigint[])
 returns setof jobs.settle_result
 language plpgsql
@@ -111,6 +112,9 @@ begin
           select j.id, j.state, j.claimed_by, j.claims
             from jobs.jobs j
            where j.id = r.id
+             -- no index reads these: only the owner's rows are locked, never a stranger's
+             and j.claimed_by = ack_many_v1.worker_id
+             and j.claims = r.claim
           offset 0
              for update
         ) l

@@ -2,7 +2,7 @@
 -- dedupe on the live (name, tenant, idempotency key), with the regression cases R1-R7, R16, R87.
 begin;
 \ir fixtures/factory.sql
-select plan(159);
+select plan(160);
 
 set local durajobs.now = '2026-01-01 00:00:00+00';
 
@@ -353,6 +353,9 @@ select throws_like(
 select throws_like(
   $$select * from jobs.enqueue_many($j$[{"name": "ok", "input": [], "idempotency_key": "c1"}]$j$)$$,
   '%requests[1].input%', 'enqueue_many: an input that is not an object names requests[1]');
+select throws_like(
+  $$select * from jobs.enqueue_many($j$[{"name": "ok", "input": null, "idempotency_key": "c1"}]$j$)$$,
+  '%requests[1].input must be a JSON object, got null', 'enqueue_many: a JSON null input says so');
 -- two bad requests: the first is named, with the first check it fails
 select throws_like(
   $$select * from jobs.enqueue_many($j$[{"name": "ok", "input": {}, "idempotency_key": "c1"},

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import gc
 
+import psycopg
 from pydantic import BaseModel
 
 import durajobs
@@ -89,3 +90,37 @@ def test_by_default_a_worker_leaves_the_collector_alone(database_url):
     gc.unfreeze()
     asyncio.run(run_until(worker, lambda: bool(seen)))
     assert gc.get_freeze_count() == 0
+
+
+def test_a_handler_that_fails_before_its_body_runs_is_an_ordinary_failure(database_url):
+    """Calling the handler raised (here it takes no ctx): the attempt fails and settles like any
+    failure, its slot frees, and the worker runs the next job and stops cleanly."""
+    registry = durajobs.Registry(database_url=database_url)
+    seen: list[int] = []
+
+    @registry.job(
+        name="no-ctx",
+        input=Item,
+        idempotency_key=lambda item: str(item.n),
+        tenant="none",
+    )
+    async def no_ctx() -> None:  # type: ignore[misc]
+        seen.append(-1)
+
+    @registry.job(name="fine", input=Item, idempotency_key=lambda item: str(item.n), tenant="none")
+    async def fine(ctx: durajobs.JobContext[Item]) -> None:
+        seen.append(ctx.input.n)
+
+    _enqueue(database_url, "no-ctx", 1)
+    _enqueue(database_url, "fine", 3)
+    worker = Worker(registry, database_url, concurrency=1)
+    asyncio.run(run_until(worker, lambda: sum(worker.stats().outcomes.values()) >= 4))
+
+    assert sorted(seen) == [0, 1, 2]
+    assert worker.stats().outcomes == {"completed": 3, "retried": 1}
+    with psycopg.connect(database_url, autocommit=True) as connection:
+        state, error = connection.execute(
+            "select state, last_error from jobs.jobs where name = 'no-ctx'"
+        ).fetchone()
+    assert state == "ready"  # a counted attempt, its retry scheduled
+    assert "TypeError" in error

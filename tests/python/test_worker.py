@@ -1064,3 +1064,37 @@ def test_a_worker_seeks_lapsed_leases_once_a_second_and_still_re_takes_them(data
     assert len(claims) > 40, "an idle worker polling every 10 ms claims often"
     assert 2 <= len(seeking) <= 4
     assert all(later - earlier >= 1.0 for earlier, later in itertools.pairwise(seeking))
+
+
+def test_a_recovering_claim_that_fills_its_batch_looks_again_at_once(database_url):
+    """A full batch may have left lapsed rows behind: the next claim seeks them too, so a dead
+    worker's rows come back at the claim rate, not one batch a second."""
+    registry = _registry(database_url)
+    ran: list[str] = []
+
+    @registry.job(name="tick", input=Item, idempotency_key=lambda i: i.key, tenant="none")
+    async def tick(ctx):
+        ran.append(ctx.input.key)
+
+    with durajobs.Client.connect(database_url) as client:
+        for key in ("lost-1", "lost-2", "lost-3"):
+            client.enqueue("tick", {"key": key}, key)
+        assert len(client.claim(["default"], "a-worker-that-died", batch_size=3)) == 3
+    with psycopg.connect(database_url, autocommit=True) as connection:
+        connection.execute("update jobs.jobs set lease_expires_at = now() - interval '1 second'")
+
+    worker = Worker(registry, database_url, concurrency=1, listen=False)
+    real_run = worker.db.run
+    recovering: list[bool] = []
+
+    async def spying(call):
+        if call.function == "jobs.claim_v3":
+            recovering.append(call.params.get("recover_lapsed", True))
+        return await real_run(call)
+
+    worker.db.run = spying  # type: ignore[method-assign]
+    asyncio.run(run_until(worker, lambda: len(ran) == 3))
+
+    assert sorted(ran) == ["lost-1", "lost-2", "lost-3"]
+    # one row per claim (concurrency 1): each full batch asks again, until one comes back short
+    assert recovering[:3] == [True, True, True]

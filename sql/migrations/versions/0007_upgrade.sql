@@ -312,6 +312,9 @@ begin
           select j.id, j.state, j.claimed_by, j.claims
             from jobs.jobs j
            where j.id = r.id
+             -- no index reads these: only the owner's rows are locked, never a stranger's
+             and j.claimed_by = ack_many_v1.worker_id
+             and j.claims = r.claim
           offset 0
              for update
         ) l
@@ -432,7 +435,10 @@ begin
               x.id is not null,
               x.name,
               coalesce(x.queue, 'default'),
-              x.input,
+              -- a JSON null input stays jsonb 'null' (the recordset makes it SQL NULL), so the
+              -- refusal says "got null" as it always did
+              coalesce(x.input,
+                       case when requests -> (x.ord::integer - 1) ? 'input' then 'null'::jsonb end),
               x.idempotency_key,
               x.tenant_id,
               coalesce(x.run_id, gen_random_uuid()),
