@@ -26,29 +26,7 @@ as $$
   select coalesce(nullif(current_setting('durajobs.now', true), '')::timestamptz, now())
 $$;
 
--- jobs._uuid_v7: a time-ordered uuid (RFC 9562 version 7), so ids sort by creation and new rows
--- land at the right edge of every id index.
--- Answers a uuid. Raises nothing. Introduced in revision 0001.
-create function jobs._uuid_v7()
-returns uuid
-language sql
-volatile
-set search_path = pg_catalog, pg_temp
-as $$
-  -- 48 bits of unix milliseconds over a random v4 uuid, then the version nibble 0100 -> 0111
-  select encode(
-    set_bit(
-      set_bit(
-        overlay(
-          uuid_send(gen_random_uuid())
-          placing substring(int8send(floor(extract(epoch from clock_timestamp()) * 1000)::bigint) from 3)
-          from 1 for 6),
-        52, 1),
-      53, 1),
-    'hex')::uuid
-$$;
-
--- jobs._uuid_v7_many: n time-ordered uuids (as jobs._uuid_v7) made by one statement, for a
+-- jobs._uuid_v7_many: n time-ordered uuids (RFC 9562 version 7) made by one statement, for a
 -- batch: a function call per row cost more than the row's insert.
 -- Answers uuid[] of n elements (empty for n < 1). Raises nothing. Introduced in revision 0007.
 create function jobs._uuid_v7_many(n integer)
@@ -57,7 +35,7 @@ language sql
 volatile
 set search_path = pg_catalog, pg_temp
 as $$
-  -- the expression of jobs._uuid_v7, once per element
+  -- 48 bits of unix milliseconds over a random v4 uuid, then the version nibble 0100 -> 0111
   select coalesce(array_agg(
     encode(
       set_bit(
@@ -70,6 +48,19 @@ as $$
         53, 1),
       'hex')::uuid order by g), '{}')
     from generate_series(1, n) g
+$$;
+
+-- jobs._uuid_v7: a time-ordered uuid (RFC 9562 version 7), so ids sort by creation and new rows
+-- land at the right edge of every id index.
+-- Answers a uuid. Raises nothing. Introduced in revision 0001; since revision 0007 one element of
+-- jobs._uuid_v7_many, which holds the only copy of the formula.
+create function jobs._uuid_v7()
+returns uuid
+language sql
+volatile
+set search_path = pg_catalog, pg_temp
+as $$
+  select (jobs._uuid_v7_many(1))[1]
 $$;
 
 -- jobs.job_states: every state a job row can be in, in lifecycle order.

@@ -1024,9 +1024,9 @@ def test_a_slot_frees_when_the_body_ends_not_when_its_ack_lands(database_url):
     assert timeline.index("start b") < timeline.index("ack landed"), timeline
 
 
-def test_a_worker_seeks_lapsed_leases_once_a_second_and_still_re_takes_them(database_url):
-    """The scan for lapsed leases steps over every dead lease-index entry a vacuum has not yet
-    removed, so claims ask for it at most once a second per queue (claim_v3 recover_lapsed)."""
+def _ticks_left_by_a_dead_worker(database_url, keys):
+    """A registry whose `tick` job notes each key it runs, and rows of `keys` claimed by a worker
+    that died: their leases already lapsed. Answers (registry, ran)."""
     registry = _registry(database_url)
     ran: list[str] = []
 
@@ -1035,18 +1035,17 @@ def test_a_worker_seeks_lapsed_leases_once_a_second_and_still_re_takes_them(data
         ran.append(ctx.input.key)
 
     with durajobs.Client.connect(database_url) as client:
-        client.enqueue("tick", {"key": "lost"}, "lost")
-        assert len(client.claim(["default"], "a-worker-that-died")) == 1
+        for key in keys:
+            client.enqueue("tick", {"key": key}, key)
+        claimed = client.claim(["default"], "a-worker-that-died", batch_size=len(keys))
+        assert len(claimed) == len(keys)
     with psycopg.connect(database_url, autocommit=True) as connection:
         connection.execute("update jobs.jobs set lease_expires_at = now() - interval '1 second'")
+    return registry, ran
 
-    worker = Worker(
-        registry,
-        database_url,
-        listen=False,
-        poll_floor=timedelta(milliseconds=10),
-        idle_ceiling=timedelta(milliseconds=10),
-    )
+
+def _note_recoveries(worker):
+    """Note (when, recover_lapsed) for each claim the worker sends."""
     real_run = worker.db.run
     claims: list[tuple[float, bool]] = []
 
@@ -1055,7 +1054,22 @@ def test_a_worker_seeks_lapsed_leases_once_a_second_and_still_re_takes_them(data
             claims.append((time.monotonic(), call.params.get("recover_lapsed", True)))
         return await real_run(call)
 
-    worker.db.run = spying  # type: ignore[method-assign]
+    worker.db.run = spying
+    return claims
+
+
+def test_a_worker_seeks_lapsed_leases_once_a_second_and_still_re_takes_them(database_url):
+    """The scan for lapsed leases steps over every dead lease-index entry a vacuum has not yet
+    removed, so claims ask for it at most once a second per queue (claim_v3 recover_lapsed)."""
+    registry, ran = _ticks_left_by_a_dead_worker(database_url, ["lost"])
+    worker = Worker(
+        registry,
+        database_url,
+        listen=False,
+        poll_floor=timedelta(milliseconds=10),
+        idle_ceiling=timedelta(milliseconds=10),
+    )
+    claims = _note_recoveries(worker)
     began = time.monotonic()
     asyncio.run(run_until(worker, lambda: time.monotonic() - began >= 2.5))
 
@@ -1069,32 +1083,12 @@ def test_a_worker_seeks_lapsed_leases_once_a_second_and_still_re_takes_them(data
 def test_a_recovering_claim_that_fills_its_batch_looks_again_at_once(database_url):
     """A full batch may have left lapsed rows behind: the next claim seeks them too, so a dead
     worker's rows come back at the claim rate, not one batch a second."""
-    registry = _registry(database_url)
-    ran: list[str] = []
-
-    @registry.job(name="tick", input=Item, idempotency_key=lambda i: i.key, tenant="none")
-    async def tick(ctx):
-        ran.append(ctx.input.key)
-
-    with durajobs.Client.connect(database_url) as client:
-        for key in ("lost-1", "lost-2", "lost-3"):
-            client.enqueue("tick", {"key": key}, key)
-        assert len(client.claim(["default"], "a-worker-that-died", batch_size=3)) == 3
-    with psycopg.connect(database_url, autocommit=True) as connection:
-        connection.execute("update jobs.jobs set lease_expires_at = now() - interval '1 second'")
-
+    registry, ran = _ticks_left_by_a_dead_worker(database_url, ["lost-1", "lost-2", "lost-3"])
     worker = Worker(registry, database_url, concurrency=1, listen=False)
-    real_run = worker.db.run
-    recovering: list[bool] = []
-
-    async def spying(call):
-        if call.function == "jobs.claim_v3":
-            recovering.append(call.params.get("recover_lapsed", True))
-        return await real_run(call)
-
-    worker.db.run = spying  # type: ignore[method-assign]
+    claims = _note_recoveries(worker)
     asyncio.run(run_until(worker, lambda: len(ran) == 3))
 
     assert sorted(ran) == ["lost-1", "lost-2", "lost-3"]
+    recovering = [recover for _at, recover in claims]
     # one row per claim (concurrency 1): each full batch asks again, until one comes back short
     assert recovering[:3] == [True, True, True]

@@ -1,6 +1,6 @@
 -- Revision 0007 down: put back the claim_v1 and ack_many_v1 of revision 0006 and the
--- enqueue_many of revision 0001, drop jobs.claim_v3, jobs._claim and jobs._uuid_v7_many, and go
--- back to schema version 6.
+-- enqueue_many and _uuid_v7 of revision 0001, drop jobs.claim_v3, jobs._claim and
+-- jobs._uuid_v7_many, and go back to schema version 6.
 
 create or replace function jobs.version()
 returns integer
@@ -463,6 +463,25 @@ begin
              as a(ord, id, run_id, deduped)
      order by a.ord;
 end;
+$$;
+
+create or replace function jobs._uuid_v7()
+returns uuid
+language sql
+volatile
+set search_path = pg_catalog, pg_temp
+as $$
+  -- 48 bits of unix milliseconds over a random v4 uuid, then the version nibble 0100 -> 0111
+  select encode(
+    set_bit(
+      set_bit(
+        overlay(
+          uuid_send(gen_random_uuid())
+          placing substring(int8send(floor(extract(epoch from clock_timestamp()) * 1000)::bigint) from 3)
+          from 1 for 6),
+        52, 1),
+      53, 1),
+    'hex')::uuid
 $$;
 
 drop function jobs._uuid_v7_many(integer);

@@ -2,8 +2,9 @@
 -- hands out by primary key and keeps generic plans; jobs.claim_v1 calls it, and jobs.claim_v3
 -- lets a worker skip the scan for lapsed leases between its once-a-second recoveries.
 -- jobs.ack_many_v1 reads and locks each row by primary key before its fence is judged.
--- jobs.enqueue_many makes a batch's ids in one statement (jobs._uuid_v7_many) and checks its
--- requests in one pass. Same arguments, answers and errors for every function that existed.
+-- jobs.enqueue_many makes a batch's ids in one statement (jobs._uuid_v7_many, which
+-- jobs._uuid_v7 now calls for one) and checks its requests in one pass. Same arguments,
+-- answers and errors for every function that existed.
 -- Schema version 7. Frozen: never edit after release; a change ships as a new revision.
 
 create or replace function jobs.version()
@@ -344,8 +345,8 @@ begin
 end;
 $$;
 
--- >>> sql/functions/010_util.sql: _uuid_v7_many
--- jobs._uuid_v7_many: n time-ordered uuids (as jobs._uuid_v7) made by one statement, for a
+-- >>> sql/functions/010_util.sql: _uuid_v7_many, and _uuid_v7 as one element of it
+-- jobs._uuid_v7_many: n time-ordered uuids (RFC 9562 version 7) made by one statement, for a
 -- batch: a function call per row cost more than the row's insert.
 -- Answers uuid[] of n elements (empty for n < 1). Raises nothing. Introduced in revision 0007.
 create function jobs._uuid_v7_many(n integer)
@@ -354,7 +355,7 @@ language sql
 volatile
 set search_path = pg_catalog, pg_temp
 as $$
-  -- the expression of jobs._uuid_v7, once per element
+  -- 48 bits of unix milliseconds over a random v4 uuid, then the version nibble 0100 -> 0111
   select coalesce(array_agg(
     encode(
       set_bit(
@@ -367,6 +368,15 @@ as $$
         53, 1),
       'hex')::uuid order by g), '{}')
     from generate_series(1, n) g
+$$;
+
+create or replace function jobs._uuid_v7()
+returns uuid
+language sql
+volatile
+set search_path = pg_catalog, pg_temp
+as $$
+  select (jobs._uuid_v7_many(1))[1]
 $$;
 
 -- >>> sql/functions/020_enqueue.sql: enqueue_many
