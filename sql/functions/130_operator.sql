@@ -5,10 +5,6 @@
 -- their steps. Bulk calls touch at most 1,000 rows and answer (affected, remaining), so
 -- "call until zero" ends.
 
--- keyset listing, newest first, over every state
-create index jobs_created_idx
-  on jobs.jobs (created_at, id);
-
 create type jobs.job_summary as (
   id uuid,
   run_id uuid,
@@ -39,6 +35,10 @@ create type jobs.bulk_result as (
 -- answered newest first). Never both cursors.
 -- The seek reads the cursor row's own created_at, so rows created in the same millisecond are
 -- neither skipped nor repeated. A short page is the last one.
+-- Reads jobs_queue_created_idx: the asked queue's rows from the cursor on, or, without a queue,
+-- each queue's in turn (one index descent finds the next queue name) merged into one page.
+-- Since revision 0008 no index on (created_at, id) alone: it cost every insert and update of
+-- the hot path an entry, for a listing the per-queue seek answers as well.
 -- Raises X_JOB_PAGE_INVALID (page_size out of range, both cursors, a cursor naming no job),
 -- X_ARGUMENT_INVALID. Locks nothing. Introduced in revision 0005.
 create function jobs.list_jobs(
@@ -59,8 +59,9 @@ stable
 set search_path = pg_catalog, pg_temp
 as $$
 declare
-  v_cursor_at timestamptz;
-  v_cursor_id uuid;
+  -- no cursor seeks from past the newest row, so the seek is always an index bound
+  v_cursor_at timestamptz := 'infinity';
+  v_cursor_id uuid := 'ffffffff-ffff-ffff-ffff-ffffffffffff';
 begin
   if page_size is null or page_size < 1 or page_size > 200 then
     perform jobs._raise('X_JOB_PAGE_INVALID',
@@ -75,9 +76,11 @@ begin
     perform jobs._invalid('jobs.list_jobs', 'state',
                           'must be one of ' || array_to_string(jobs.job_states(), ', '));
   end if;
-  v_cursor_id := coalesce(list_jobs.after, list_jobs.before);
-  if v_cursor_id is not null then
-    select j.created_at into v_cursor_at from jobs.jobs j where j.id = v_cursor_id;
+  if coalesce(list_jobs.after, list_jobs.before) is not null then
+    select j.created_at, j.id
+      into v_cursor_at, v_cursor_id
+      from jobs.jobs j
+     where j.id = coalesce(list_jobs.after, list_jobs.before);
     if not found then
       perform jobs._raise(
         'X_JOB_PAGE_INVALID',
@@ -89,26 +92,42 @@ begin
   end if;
 
   if list_jobs.before is not null then
-    -- the rows just newer than the cursor, then answered newest first
+    -- each queue's rows just newer than the cursor, the oldest of them first, then answered
+    -- newest first
     return query
+      with recursive queues (queue) as (
+        select coalesce(list_jobs.queue,
+                        (select j.queue from jobs.jobs j order by j.queue limit 1))
+        union all
+        select (select j.queue from jobs.jobs j where j.queue > q.queue order by j.queue limit 1)
+          from queues q
+         where list_jobs.queue is null
+           and q.queue is not null
+      )
       select p.id, p.run_id, p.name, p.queue, p.state, p.tenant_id, p.attempt, p.max_attempts,
              p.priority, p.run_at, p.created_at, p.updated_at, p.finished_at, p.last_error,
              p.last_error_code
         from (
-          select j.id, j.run_id, j.name, j.queue, j.state, j.tenant_id, j.attempt,
-                 j.max_attempts, j.priority, j.run_at, j.created_at, j.updated_at,
-                 j.finished_at, j.last_error, j.last_error_code
-            from jobs.jobs j
-           where (j.created_at, j.id) > (v_cursor_at, v_cursor_id)
-             and (list_jobs.queue is null or j.queue = list_jobs.queue)
-             and (list_jobs.name is null or j.name = list_jobs.name)
-             and (list_jobs.state is null or j.state = list_jobs.state)
-             and (list_jobs.tenant_id is null or j.tenant_id = list_jobs.tenant_id)
-             and (list_jobs.id_prefix is null  -- a plain prefix: no wildcards, any case
-                  or left(j.id::text, length(list_jobs.id_prefix)) = lower(list_jobs.id_prefix))
-             and (list_jobs.created_from is null or j.created_at >= list_jobs.created_from)
-             and (list_jobs.created_to is null or j.created_at <= list_jobs.created_to)
-           order by j.created_at, j.id
+          select n.*
+            from queues q
+           cross join lateral (
+             select j.id, j.run_id, j.name, j.queue, j.state, j.tenant_id, j.attempt,
+                    j.max_attempts, j.priority, j.run_at, j.created_at, j.updated_at,
+                    j.finished_at, j.last_error, j.last_error_code
+               from jobs.jobs j
+              where j.queue = q.queue
+                and (j.created_at, j.id) > (v_cursor_at, v_cursor_id)
+                and (list_jobs.name is null or j.name = list_jobs.name)
+                and (list_jobs.state is null or j.state = list_jobs.state)
+                and (list_jobs.tenant_id is null or j.tenant_id = list_jobs.tenant_id)
+                and (list_jobs.id_prefix is null  -- a plain prefix: no wildcards, any case
+                     or left(j.id::text, length(list_jobs.id_prefix)) = lower(list_jobs.id_prefix))
+                and (list_jobs.created_from is null or j.created_at >= list_jobs.created_from)
+                and (list_jobs.created_to is null or j.created_at <= list_jobs.created_to)
+              order by j.created_at, j.id
+              limit list_jobs.page_size
+           ) n
+           order by n.created_at, n.id
            limit list_jobs.page_size
         ) p
        order by p.created_at desc, p.id desc;
@@ -116,20 +135,36 @@ begin
   end if;
 
   return query
-    select j.id, j.run_id, j.name, j.queue, j.state, j.tenant_id, j.attempt, j.max_attempts,
-           j.priority, j.run_at, j.created_at, j.updated_at, j.finished_at, j.last_error,
-           j.last_error_code
-      from jobs.jobs j
-     where (v_cursor_id is null or (j.created_at, j.id) < (v_cursor_at, v_cursor_id))
-       and (list_jobs.queue is null or j.queue = list_jobs.queue)
-       and (list_jobs.name is null or j.name = list_jobs.name)
-       and (list_jobs.state is null or j.state = list_jobs.state)
-       and (list_jobs.tenant_id is null or j.tenant_id = list_jobs.tenant_id)
-       and (list_jobs.id_prefix is null  -- a plain prefix: no wildcards, any case
-            or left(j.id::text, length(list_jobs.id_prefix)) = lower(list_jobs.id_prefix))
-       and (list_jobs.created_from is null or j.created_at >= list_jobs.created_from)
-       and (list_jobs.created_to is null or j.created_at <= list_jobs.created_to)
-     order by j.created_at desc, j.id desc
+    with recursive queues (queue) as (
+      select coalesce(list_jobs.queue, (select j.queue from jobs.jobs j order by j.queue limit 1))
+      union all
+      select (select j.queue from jobs.jobs j where j.queue > q.queue order by j.queue limit 1)
+        from queues q
+       where list_jobs.queue is null
+         and q.queue is not null
+    )
+    select o.id, o.run_id, o.name, o.queue, o.state, o.tenant_id, o.attempt, o.max_attempts,
+           o.priority, o.run_at, o.created_at, o.updated_at, o.finished_at, o.last_error,
+           o.last_error_code
+      from queues q
+     cross join lateral (
+       select j.id, j.run_id, j.name, j.queue, j.state, j.tenant_id, j.attempt, j.max_attempts,
+              j.priority, j.run_at, j.created_at, j.updated_at, j.finished_at, j.last_error,
+              j.last_error_code
+         from jobs.jobs j
+        where j.queue = q.queue
+          and (j.created_at, j.id) < (v_cursor_at, v_cursor_id)
+          and (list_jobs.name is null or j.name = list_jobs.name)
+          and (list_jobs.state is null or j.state = list_jobs.state)
+          and (list_jobs.tenant_id is null or j.tenant_id = list_jobs.tenant_id)
+          and (list_jobs.id_prefix is null  -- a plain prefix: no wildcards, any case
+               or left(j.id::text, length(list_jobs.id_prefix)) = lower(list_jobs.id_prefix))
+          and (list_jobs.created_from is null or j.created_at >= list_jobs.created_from)
+          and (list_jobs.created_to is null or j.created_at <= list_jobs.created_to)
+        order by j.created_at desc, j.id desc
+        limit list_jobs.page_size
+     ) o
+     order by o.created_at desc, o.id desc
      limit list_jobs.page_size;
 end;
 $$;

@@ -1,0 +1,126 @@
+-- 190_listing: jobs.list_jobs without a queue, since revision 0008 read a queue at a time through
+-- jobs_queue_created_idx and merged (the index on (created_at, id) alone is gone: it cost every
+-- insert, claim and settle an entry). The merged pages keep the order and the cursors of a
+-- single scan, and a page reads about a page of index entries per queue, not the table.
+begin;
+\ir fixtures/factory.sql
+select plan(9);
+
+-- rows read from jobs.jobs (sequential scans) plus index entries read (every index of it), in
+-- this transaction so far
+create function jobs_test.entries_read()
+returns bigint
+language sql
+volatile
+as $$
+  select pg_stat_get_xact_tuples_returned('jobs.jobs'::regclass)
+         + coalesce(sum(pg_stat_get_xact_tuples_returned(i.indexrelid)), 0)
+    from pg_index i
+   where i.indrelid = 'jobs.jobs'::regclass
+$$;
+
+-- every job, newest first, walked a page at a time with `after` (older) and, from the oldest
+-- back, with `before` (newer pages, each still newest first)
+create function jobs_test.walk_older(page_size integer)
+returns uuid[]
+language plpgsql
+volatile
+as $$
+declare
+  v_all uuid[] := '{}';
+  v_page uuid[];
+begin
+  loop
+    select coalesce(array_agg(p.id order by p.ordinality), '{}')
+      into v_page
+      from jobs.list_jobs(page_size => walk_older.page_size,
+                          after => v_all[cardinality(v_all)]) with ordinality p;
+    exit when cardinality(v_page) = 0;
+    v_all := v_all || v_page;
+  end loop;
+  return v_all;
+end;
+$$;
+
+create function jobs_test.walk_newer(oldest uuid, page_size integer)
+returns uuid[]
+language plpgsql
+volatile
+as $$
+declare
+  v_all uuid[] := array[oldest];
+  v_page uuid[];
+begin
+  loop
+    select coalesce(array_agg(p.id order by p.ordinality), '{}')
+      into v_page
+      from jobs.list_jobs(page_size => walk_newer.page_size, before => v_all[1]) with ordinality p;
+    exit when cardinality(v_page) = 0;
+    v_all := v_page || v_all;
+  end loop;
+  return v_all;
+end;
+$$;
+
+-- =============================================================================================
+-- order across queues: created_at interleaves the queues, ids disagree with created_at, and two
+-- rows of different queues share a created_at (the id breaks the tie)
+
+set local durajobs.now = '2026-04-01 00:00:00+00';
+select jobs_test.enqueue(queue => 'q-b', id => 'f0000000-0000-7000-8000-000000000001') as r1 \gset
+select jobs_test.advance(interval '1 second') \g /dev/null
+select jobs_test.enqueue(queue => 'q-a', id => '10000000-0000-7000-8000-000000000002') as r2 \gset
+select jobs_test.enqueue(queue => 'q-c', id => '20000000-0000-7000-8000-000000000003') as r3 \gset
+select jobs_test.advance(interval '1 second') \g /dev/null
+select jobs_test.enqueue(queue => 'q-b', id => '30000000-0000-7000-8000-000000000004') as r4 \gset
+select jobs_test.advance(interval '1 second') \g /dev/null
+select jobs_test.enqueue(queue => 'q-a', id => '00000000-0000-7000-8000-000000000005') as r5 \gset
+
+select is((select array_agg(p.id order by p.ordinality) from jobs.list_jobs() with ordinality p),
+          array[:'r5', :'r4', :'r3', :'r2', :'r1']::uuid[],
+          'without a queue the page merges every queue newest first, the id breaking a tie');
+select is(jobs_test.walk_older(2), array[:'r5', :'r4', :'r3', :'r2', :'r1']::uuid[],
+          'pages of 2 with after walk every queue once, in order');
+select is(jobs_test.walk_newer(:'r1', 2), array[:'r5', :'r4', :'r3', :'r2', :'r1']::uuid[],
+          'pages of 2 with before walk back up every queue once, in order');
+select is((select array_agg(p.id order by p.ordinality)
+             from jobs.list_jobs(page_size => 2, before => :'r2') with ordinality p),
+          array[:'r4', :'r3']::uuid[],
+          'before answers the newer rows nearest the cursor across queues, newest first');
+select is((select array_agg(p.id order by p.ordinality)
+             from jobs.list_jobs(queue => 'q-a') with ordinality p),
+          array[:'r5', :'r2']::uuid[], 'a queue''s listing answers only that queue');
+
+-- =============================================================================================
+-- reads: 3 queues of 3,000 rows each
+
+select jobs.enqueue_many(
+  (select jsonb_agg(jsonb_build_object('name', 'many', 'queue', 'q-many-' || (g % 3),
+                                       'input', '{}'::jsonb, 'idempotency_key', 'k' || g))
+     from generate_series(1, 9000) g));
+analyze jobs.jobs;
+
+select is(cardinality(jobs_test.walk_older(200)), 9005,
+          'every one of 9,005 rows is walked once by pages of 200');
+
+create temporary table read_before as select jobs_test.entries_read() as n;
+select count(*) from jobs.list_jobs(page_size => 20) \g /dev/null
+select cmp_ok(jobs_test.entries_read() - (select n from read_before), '<', 300::bigint,
+              'the first page of 20 over 3 queues of 3,000 rows reads a few dozen entries');
+
+select p.id as deep
+  from jobs.list_jobs(page_size => 1,
+                      after => (select id from jobs.jobs order by created_at desc, id desc
+                                 offset 4000 limit 1)) p \gset
+update read_before set n = jobs_test.entries_read();
+select count(*) from jobs.list_jobs(page_size => 20, after => :'deep') \g /dev/null
+select cmp_ok(jobs_test.entries_read() - (select n from read_before), '<', 300::bigint,
+              'a page after a cursor 4,000 rows deep seeks to it, not through the rows before');
+
+update read_before set n = jobs_test.entries_read();
+select count(*) from jobs.list_jobs(page_size => 20, before => :'deep') \g /dev/null
+select cmp_ok(jobs_test.entries_read() - (select n from read_before), '<', 300::bigint,
+              'a page before that cursor reads as little');
+
+select * from finish();
+rollback;
