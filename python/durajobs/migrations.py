@@ -7,12 +7,15 @@ old revision never changes meaning; `sql/functions/` is the source those files a
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import psycopg
-from alembic import command, op
-from alembic.config import Config
-from sqlalchemy import create_engine
-from sqlalchemy.pool import NullPool
+
+if TYPE_CHECKING:
+    from alembic.config import Config
+
+# alembic and SQLAlchemy are imported where a migration runs: they are about half of
+# `import durajobs`, which every worker, CLI call and `Client` pays otherwise
 
 SCHEMA = "jobs"
 VERSION_TABLE = "alembic_version"
@@ -47,12 +50,18 @@ def sqlalchemy_url(url: str) -> str:
 
 def alembic_config() -> Config:
     """Build the alembic configuration for durajobs' revisions, without reading alembic.ini."""
+    from alembic.config import Config
+
     config = Config()
     config.set_main_option("script_location", str(package_sql_dir() / "migrations"))
     return config
 
 
 def _run(database_url: str, action: str, revision: str) -> None:
+    from alembic import command
+    from sqlalchemy import create_engine
+    from sqlalchemy.pool import NullPool
+
     config = alembic_config()
     # psycopg opens the connection, so any libpq string works: a URL or "host=... dbname=..."
     engine = create_engine(
@@ -88,6 +97,8 @@ def apply_sql_file(path: Path) -> None:
     The file goes to the driver whole: PL/pgSQL bodies hold semicolons, and psycopg runs several
     statements in one call when no parameters are bound.
     """
+    from alembic import op
+
     driver_connection = op.get_bind().connection.driver_connection
     assert driver_connection is not None
     driver_connection.execute(path.read_text())

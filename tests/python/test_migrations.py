@@ -168,3 +168,19 @@ def test_no_production_sql_reads_whole_rows(pattern):
         if re.search(pattern, line, re.IGNORECASE) and not line.strip().startswith("--")
     ]
     assert offenders == []
+
+
+def test_importing_the_package_loads_neither_alembic_nor_sqlalchemy():
+    """They are half of `import durajobs`: a worker or a CLI call loads them only to migrate."""
+    loaded = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys, durajobs, durajobs.cli, durajobs.worker; "
+            "print(sorted(m for m in ('alembic', 'sqlalchemy') if m in sys.modules))",
+        ],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    assert loaded.stdout.strip() == "[]"
