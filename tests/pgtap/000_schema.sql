@@ -1,7 +1,7 @@
 -- 000_schema: the jobs schema, its tables, constraints and indexes.
 begin;
 \ir fixtures/factory.sql
-select plan(36);
+select plan(38);
 
 set local durajobs.now = '2026-01-01 00:00:00+00';
 
@@ -102,10 +102,16 @@ select has_index('jobs', 'jobs', 'jobs_queue_created_idx', array['queue', 'creat
                  'the queue listing index is (queue, created_at, id)');
 select indexes_are('jobs', 'jobs',
                    array['jobs_pkey', 'jobs_name_tenant_idempotency_live_idx', 'jobs_claim_idx',
-                         'jobs_lease_idx', 'jobs_queue_created_idx'],
+                         'jobs_lease_idx', 'jobs_queue_created_idx', 'jobs_dead_idx'],
                    'jobs.jobs carries no index the functions do not use (each costs every insert '
-                   'and, as no update is HOT, every claim and settle); since revision 0008 none '
-                   'on (created_at, id) alone');
+                   'and, as no update is HOT, every claim and settle it covers); since revision '
+                   '0008 none on (created_at, id) alone');
+select has_index('jobs', 'jobs', 'jobs_dead_idx', array['queue'],
+                 'the dead-rows index is on queue');
+select ok(
+  (select indexdef from pg_indexes where schemaname = 'jobs' and indexname = 'jobs_dead_idx')
+  like $$%WHERE (state = 'dead'::text)$$,
+  'the dead-rows index holds only dead rows, so no claim or settle of a live job writes to it');
 
 -- jobs.steps: keyed by (run_id, name)
 select col_is_pk('jobs', 'steps', array['run_id', 'name'], 'jobs.steps is keyed by (run_id, name)');

@@ -1,7 +1,11 @@
--- Revision 0008 up: one index fewer on the hot table. jobs_created_idx on jobs.jobs (created_at,
--- id) served only jobs.list_jobs without a queue, and cost every enqueue, claim and settle an
--- index entry (no update of jobs.jobs is HOT). jobs.list_jobs now reads jobs_queue_created_idx
--- a queue at a time and merges the page. Same arguments, answers, order and errors.
+-- Revision 0008 up: the hot table's index budget.
+-- One index fewer on every state change: jobs_created_idx on jobs.jobs (created_at, id) served
+-- only jobs.list_jobs without a queue, and cost every enqueue, claim and settle an index entry
+-- (no update of jobs.jobs is HOT). jobs.list_jobs now reads jobs_queue_created_idx a queue at a
+-- time and merges the page.
+-- One index for dead rows only (jobs_dead_idx), which rows enter only as they die: with it
+-- jobs.queue_stats reads each counted state through its partial index, never a finished row.
+-- Same arguments, answers, order and errors.
 -- Schema version 8. Frozen: never edit after release; a change ships as a new revision.
 
 create or replace function jobs.version()
@@ -11,6 +15,87 @@ stable
 set search_path = pg_catalog, pg_temp
 as $$
   select 8
+$$;
+
+-- >>> sql/functions/060_stats.sql: the dead-rows index, queue_stats
+-- dead rows of a queue, for its dead count: the other counted states have their index already
+-- (jobs_claim_idx, jobs_lease_idx), so the stats read no finished row. Rows enter it only as
+-- they die, so the hot path never pays for it. Introduced in revision 0008.
+create index jobs_dead_idx
+  on jobs.jobs (queue)
+  where state = 'dead';
+
+-- jobs.queue_stats: per queue, how many jobs are ready, delayed, running, suspended and dead,
+-- and how long the oldest ready-and-due job has waited past its run_at.
+-- Each row counts in exactly one bucket. ready: state 'ready' (a shed row included, even while
+-- its short delay runs) and 'delayed' rows that came due; delayed: 'delayed' rows not yet due.
+-- A suspended row (a sleep, a park) is excluded from oldest_ready_age even when due, on purpose.
+-- Arguments: queues (NULL: every queue holding a job; given: exactly those, zeros included).
+-- Answers one jobs.queue_stat per queue, ordered by queue. Locks nothing.
+-- Since revision 0008 each state is read through the partial index that holds it, so the
+-- finished rows of a queue, however many, are never read (a metrics scrape calls this).
+-- Introduced in revision 0001.
+create or replace function jobs.queue_stats(queues text[] default null)
+returns setof jobs.queue_stat
+language plpgsql
+stable
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+  v_now timestamptz := jobs._now();
+begin
+  return query
+    with counted_rows as (
+      -- one branch per partial index: waiting (jobs_claim_idx), running (jobs_lease_idx) and
+      -- dead (jobs_dead_idx); one scan over all five states would read the finished rows too
+      select j.queue, j.state, j.run_at
+        from jobs.jobs j
+       where j.state in ('ready', 'delayed', 'suspended')
+         and (queue_stats.queues is null or j.queue = any(queue_stats.queues))
+      union all
+      select j.queue, j.state, j.run_at
+        from jobs.jobs j
+       where j.state = 'running'
+         and (queue_stats.queues is null or j.queue = any(queue_stats.queues))
+      union all
+      select j.queue, j.state, j.run_at
+        from jobs.jobs j
+       where j.state = 'dead'
+         and (queue_stats.queues is null or j.queue = any(queue_stats.queues))
+    ),
+    counted as (
+      select r.queue,
+             -- a delayed row that came due waits like a ready one: count it there
+             count(*) filter (where r.state = 'ready'
+                                 or (r.state = 'delayed' and r.run_at <= v_now)) as ready,
+             count(*) filter (where r.state = 'delayed' and r.run_at > v_now) as delayed,
+             count(*) filter (where r.state = 'running') as running,
+             count(*) filter (where r.state = 'suspended') as suspended,
+             count(*) filter (where r.state = 'dead') as dead,
+             v_now - min(r.run_at) filter (where r.state in ('ready', 'delayed')
+                                             and r.run_at <= v_now) as oldest_ready_age
+        from counted_rows r
+       group by r.queue
+    ),
+    wanted as (
+      select q.queue
+        from unnest(queue_stats.queues) as q(queue)
+       union
+      select c.queue
+        from counted c
+    )
+    select w.queue,
+           coalesce(c.ready, 0),
+           coalesce(c.delayed, 0),
+           coalesce(c.running, 0),
+           coalesce(c.suspended, 0),
+           coalesce(c.dead, 0),
+           c.oldest_ready_age,
+           exists (select 1 from jobs.queue_pauses p where p.queue = w.queue)
+      from wanted w
+      left join counted c on c.queue = w.queue
+     order by w.queue;
+end;
 $$;
 
 -- >>> sql/functions/130_operator.sql: the index, list_jobs

@@ -1,4 +1,4 @@
-"""one index fewer
+"""index budget: one index fewer on every state change, one for dead rows only
 
 Revision ID: 0008
 Revises: 0007
