@@ -38,7 +38,9 @@ create type jobs.bulk_result as (
 -- Reads jobs_queue_created_idx: the asked queue's rows from the cursor on, or, without a queue,
 -- each queue's in turn (one index descent finds the next queue name) merged into one page.
 -- Since revision 0008 no index on (created_at, id) alone: it cost every insert and update of
--- the hot path an entry, for a listing the per-queue seek answers as well.
+-- the hot path an entry. The per-queue seek reads up to a page per queue, so an unfiltered
+-- page over thousands of queues, or a filter a large queue never matches, reads more than it
+-- did; pass the queue when you know it.
 -- Raises X_JOB_PAGE_INVALID (page_size out of range, both cursors, a cursor naming no job),
 -- X_ARGUMENT_INVALID. Locks nothing. Introduced in revision 0005.
 create function jobs.list_jobs(
@@ -59,7 +61,8 @@ stable
 set search_path = pg_catalog, pg_temp
 as $$
 declare
-  -- no cursor seeks from past the newest row, so the seek is always an index bound
+  -- no cursor seeks from the greatest key there can be, inclusive, so the seek is always an
+  -- index bound (a row may hold that very key: a caller's id, a pinned clock)
   v_cursor_at timestamptz := 'infinity';
   v_cursor_id uuid := 'ffffffff-ffff-ffff-ffff-ffffffffffff';
 begin
@@ -153,7 +156,8 @@ begin
               j.last_error_code
          from jobs.jobs j
         where j.queue = q.queue
-          and (j.created_at, j.id) < (v_cursor_at, v_cursor_id)
+          and (j.created_at, j.id) <= (v_cursor_at, v_cursor_id)
+          and (list_jobs.after is null or j.id <> list_jobs.after)
           and (list_jobs.name is null or j.name = list_jobs.name)
           and (list_jobs.state is null or j.state = list_jobs.state)
           and (list_jobs.tenant_id is null or j.tenant_id = list_jobs.tenant_id)
@@ -335,6 +339,7 @@ $$;
 
 -- jobs.remove_many: delete jobs of one state (any but running), optionally of one queue, name
 -- and tenant, at most 1,000 a call, with the steps of runs no row is left of.
+-- A call's rows are in no particular order (since revision 0008; oldest first before).
 -- Answers (affected, remaining). Raises X_ARGUMENT_INVALID. Locks the rows (skip locked), then
 -- their steps. Introduced in revision 0005.
 create function jobs.remove_many(
@@ -357,13 +362,14 @@ begin
                            array['ready', 'delayed', 'suspended', 'done', 'failed', 'dead',
                                  'cancelled']);
   with batch as materialized (
+    -- in no particular order: every row of the state goes, and since revision 0008 no index
+    -- orders the table by age (a sort of the whole state came before the first row locked)
     select j.id
       from jobs.jobs j
      where j.state = remove_many.state
        and (remove_many.queue is null or j.queue = remove_many.queue)
        and (remove_many.name is null or j.name = remove_many.name)
        and (remove_many.tenant_id is null or j.tenant_id = remove_many.tenant_id)
-     order by j.created_at, j.id
      limit 1000
        for update skip locked
   ),

@@ -4,7 +4,7 @@
 -- single scan, and a page reads about a page of index entries per queue, not the table.
 begin;
 \ir fixtures/factory.sql
-select plan(9);
+select plan(11);
 
 -- rows read from jobs.jobs (sequential scans) plus index entries read (every index of it), in
 -- this transaction so far
@@ -91,6 +91,21 @@ select is((select array_agg(p.id order by p.ordinality)
              from jobs.list_jobs(queue => 'q-a') with ordinality p),
           array[:'r5', :'r2']::uuid[], 'a queue''s listing answers only that queue');
 
+-- a row may hold the greatest key there is (the enqueue refuses an infinite clock, but a row
+-- written by other means may carry it): the seek without a cursor starts at that key inclusive,
+-- and `after` still excludes the cursor row
+insert into jobs.jobs (id, name, queue, input, idempotency_key, run_id, state, attempt,
+                       max_attempts, run_at, created_at, updated_at, finished_at)
+values ('ffffffff-ffff-ffff-ffff-ffffffffffff', 'j', 'q-c', '{}', 'max', gen_random_uuid(),
+        'done', 1, 1, jobs._now(), 'infinity', jobs._now(), jobs._now())
+returning id as rmax \gset
+select is((select array_agg(p.id order by p.ordinality)
+             from jobs.list_jobs(page_size => 2) with ordinality p),
+          array[:'rmax', :'r5']::uuid[],
+          'a row at the greatest key (created_at infinity, the last uuid) leads the newest page');
+select is(jobs_test.walk_older(2), array[:'rmax', :'r5', :'r4', :'r3', :'r2', :'r1']::uuid[],
+          'and a walk with after passes it once');
+
 -- =============================================================================================
 -- reads: 3 queues of 3,000 rows each
 
@@ -100,8 +115,8 @@ select jobs.enqueue_many(
      from generate_series(1, 9000) g));
 analyze jobs.jobs;
 
-select is(cardinality(jobs_test.walk_older(200)), 9005,
-          'every one of 9,005 rows is walked once by pages of 200');
+select is(cardinality(jobs_test.walk_older(200)), 9006,
+          'every one of 9,006 rows is walked once by pages of 200');
 
 create temporary table read_before as select jobs_test.entries_read() as n;
 select count(*) from jobs.list_jobs(page_size => 20) \g /dev/null

@@ -1,6 +1,6 @@
--- Revision 0008 down: put back jobs_created_idx and the jobs.list_jobs of revision 0005 that
--- reads it, the jobs.queue_stats of revision 0001, drop jobs_dead_idx, and go back to schema
--- version 7.
+-- Revision 0008 down: put back jobs_created_idx with the jobs.list_jobs and jobs.remove_many of
+-- revision 0005 that read it and the jobs.queue_stats of revision 0001, drop jobs_dead_idx, and
+-- go back to schema version 7.
 
 create or replace function jobs.version()
 returns integer
@@ -171,5 +171,64 @@ begin
        and (list_jobs.created_to is null or j.created_at <= list_jobs.created_to)
      order by j.created_at desc, j.id desc
      limit list_jobs.page_size;
+end;
+$$;
+
+-- jobs.remove_many: delete jobs of one state (any but running), optionally of one queue, name
+-- and tenant, at most 1,000 a call, with the steps of runs no row is left of.
+-- Answers (affected, remaining). Raises X_ARGUMENT_INVALID. Locks the rows (skip locked), then
+-- their steps. Introduced in revision 0005.
+create or replace function jobs.remove_many(
+  state text,
+  queue text default null,
+  name text default null,
+  tenant_id text default null
+)
+returns jobs.bulk_result
+language plpgsql
+volatile
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+  v_affected integer;
+  v_remaining bigint;
+  v_runs uuid[];
+begin
+  perform jobs._bulk_check('jobs.remove_many', remove_many.state,
+                           array['ready', 'delayed', 'suspended', 'done', 'failed', 'dead',
+                                 'cancelled']);
+  with batch as materialized (
+    select j.id
+      from jobs.jobs j
+     where j.state = remove_many.state
+       and (remove_many.queue is null or j.queue = remove_many.queue)
+       and (remove_many.name is null or j.name = remove_many.name)
+       and (remove_many.tenant_id is null or j.tenant_id = remove_many.tenant_id)
+     order by j.created_at, j.id
+     limit 1000
+       for update skip locked
+  ),
+  removed as (
+    delete from jobs.jobs j
+     using batch b
+     where j.id = b.id
+    returning j.run_id
+  )
+  select count(*), coalesce(array_agg(distinct r.run_id), '{}')
+    into v_affected, v_runs
+    from removed r;
+
+  delete from jobs.steps s
+   where s.run_id = any(v_runs)
+     and not exists (select 1 from jobs.jobs j where j.run_id = s.run_id);
+
+  select count(*)
+    into v_remaining
+    from jobs.jobs j
+   where j.state = remove_many.state
+     and (remove_many.queue is null or j.queue = remove_many.queue)
+     and (remove_many.name is null or j.name = remove_many.name)
+     and (remove_many.tenant_id is null or j.tenant_id = remove_many.tenant_id);
+  return (v_affected, v_remaining)::jobs.bulk_result;
 end;
 $$;

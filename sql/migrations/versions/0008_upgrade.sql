@@ -1,11 +1,12 @@
 -- Revision 0008 up: the hot table's index budget.
 -- One index fewer on every state change: jobs_created_idx on jobs.jobs (created_at, id) served
--- only jobs.list_jobs without a queue, and cost every enqueue, claim and settle an index entry
--- (no update of jobs.jobs is HOT). jobs.list_jobs now reads jobs_queue_created_idx a queue at a
--- time and merges the page.
+-- jobs.list_jobs without a queue and the batch order of jobs.remove_many, and cost every enqueue,
+-- claim and settle an index entry (no update of jobs.jobs is HOT). jobs.list_jobs now reads
+-- jobs_queue_created_idx a queue at a time and merges the page; jobs.remove_many takes a call's
+-- rows in no particular order.
 -- One index for dead rows only (jobs_dead_idx), which rows enter only as they die: with it
 -- jobs.queue_stats reads each counted state through its partial index, never a finished row.
--- Same arguments, answers, order and errors.
+-- Same arguments, answers and errors.
 -- Schema version 8. Frozen: never edit after release; a change ships as a new revision.
 
 create or replace function jobs.version()
@@ -98,7 +99,7 @@ begin
 end;
 $$;
 
--- >>> sql/functions/130_operator.sql: the index, list_jobs
+-- >>> sql/functions/130_operator.sql: the index, list_jobs, remove_many
 drop index jobs.jobs_created_idx;
 
 -- jobs.list_jobs: a page of jobs, newest first by (created_at, id), filtered.
@@ -111,7 +112,9 @@ drop index jobs.jobs_created_idx;
 -- Reads jobs_queue_created_idx: the asked queue's rows from the cursor on, or, without a queue,
 -- each queue's in turn (one index descent finds the next queue name) merged into one page.
 -- Since revision 0008 no index on (created_at, id) alone: it cost every insert and update of
--- the hot path an entry, for a listing the per-queue seek answers as well.
+-- the hot path an entry. The per-queue seek reads up to a page per queue, so an unfiltered
+-- page over thousands of queues, or a filter a large queue never matches, reads more than it
+-- did; pass the queue when you know it.
 -- Raises X_JOB_PAGE_INVALID (page_size out of range, both cursors, a cursor naming no job),
 -- X_ARGUMENT_INVALID. Locks nothing. Introduced in revision 0005.
 create or replace function jobs.list_jobs(
@@ -132,7 +135,8 @@ stable
 set search_path = pg_catalog, pg_temp
 as $$
 declare
-  -- no cursor seeks from past the newest row, so the seek is always an index bound
+  -- no cursor seeks from the greatest key there can be, inclusive, so the seek is always an
+  -- index bound (a row may hold that very key: a caller's id, a pinned clock)
   v_cursor_at timestamptz := 'infinity';
   v_cursor_id uuid := 'ffffffff-ffff-ffff-ffff-ffffffffffff';
 begin
@@ -226,7 +230,8 @@ begin
               j.last_error_code
          from jobs.jobs j
         where j.queue = q.queue
-          and (j.created_at, j.id) < (v_cursor_at, v_cursor_id)
+          and (j.created_at, j.id) <= (v_cursor_at, v_cursor_id)
+          and (list_jobs.after is null or j.id <> list_jobs.after)
           and (list_jobs.name is null or j.name = list_jobs.name)
           and (list_jobs.state is null or j.state = list_jobs.state)
           and (list_jobs.tenant_id is null or j.tenant_id = list_jobs.tenant_id)
@@ -239,5 +244,66 @@ begin
      ) o
      order by o.created_at desc, o.id desc
      limit list_jobs.page_size;
+end;
+$$;
+
+-- jobs.remove_many: delete jobs of one state (any but running), optionally of one queue, name
+-- and tenant, at most 1,000 a call, with the steps of runs no row is left of.
+-- A call's rows are in no particular order (since revision 0008; oldest first before).
+-- Answers (affected, remaining). Raises X_ARGUMENT_INVALID. Locks the rows (skip locked), then
+-- their steps. Introduced in revision 0005.
+create or replace function jobs.remove_many(
+  state text,
+  queue text default null,
+  name text default null,
+  tenant_id text default null
+)
+returns jobs.bulk_result
+language plpgsql
+volatile
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+  v_affected integer;
+  v_remaining bigint;
+  v_runs uuid[];
+begin
+  perform jobs._bulk_check('jobs.remove_many', remove_many.state,
+                           array['ready', 'delayed', 'suspended', 'done', 'failed', 'dead',
+                                 'cancelled']);
+  with batch as materialized (
+    -- in no particular order: every row of the state goes, and since revision 0008 no index
+    -- orders the table by age (a sort of the whole state came before the first row locked)
+    select j.id
+      from jobs.jobs j
+     where j.state = remove_many.state
+       and (remove_many.queue is null or j.queue = remove_many.queue)
+       and (remove_many.name is null or j.name = remove_many.name)
+       and (remove_many.tenant_id is null or j.tenant_id = remove_many.tenant_id)
+     limit 1000
+       for update skip locked
+  ),
+  removed as (
+    delete from jobs.jobs j
+     using batch b
+     where j.id = b.id
+    returning j.run_id
+  )
+  select count(*), coalesce(array_agg(distinct r.run_id), '{}')
+    into v_affected, v_runs
+    from removed r;
+
+  delete from jobs.steps s
+   where s.run_id = any(v_runs)
+     and not exists (select 1 from jobs.jobs j where j.run_id = s.run_id);
+
+  select count(*)
+    into v_remaining
+    from jobs.jobs j
+   where j.state = remove_many.state
+     and (remove_many.queue is null or j.queue = remove_many.queue)
+     and (remove_many.name is null or j.name = remove_many.name)
+     and (remove_many.tenant_id is null or j.tenant_id = remove_many.tenant_id);
+  return (v_affected, v_remaining)::jobs.bulk_result;
 end;
 $$;
