@@ -6,36 +6,6 @@ begin;
 \ir fixtures/factory.sql
 select plan(7);
 
--- rows read from jobs.jobs (sequential scans) plus index entries read (every index of it), in
--- this transaction so far
-create function jobs_test.entries_read()
-returns bigint
-language sql
-volatile
-as $$
-  select pg_stat_get_xact_tuples_returned('jobs.jobs'::regclass)
-         + coalesce(sum(pg_stat_get_xact_tuples_returned(i.indexrelid)), 0)
-    from pg_index i
-   where i.indrelid = 'jobs.jobs'::regclass
-$$;
-
-create temporary table read_before (n bigint);
-create function jobs_test.mark()
-returns void
-language sql
-volatile
-as $$
-  delete from read_before;
-  insert into read_before select jobs_test.entries_read();
-$$;
-create function jobs_test.read_since_mark()
-returns bigint
-language sql
-volatile
-as $$
-  select jobs_test.entries_read() - n from read_before
-$$;
-
 -- 20,000 waiting rows, and statistics that say none is running
 select jobs.enqueue_many(
   (select jsonb_agg(jsonb_build_object('name', 'hot', 'queue', 'hot', 'input', '{}'::jsonb,

@@ -1,6 +1,6 @@
 -- Revision 0008 down: put back jobs_created_idx with the jobs.list_jobs and jobs.remove_many of
--- revision 0005 that read it and the jobs.queue_stats of revision 0001, drop jobs_dead_idx, and
--- go back to schema version 7.
+-- revision 0005 that read it and the jobs.queue_stats of revision 0001, drop jobs_dead_idx and
+-- jobs._listed_queues, and go back to schema version 7.
 
 create or replace function jobs.version()
 returns integer
@@ -232,3 +232,5 @@ begin
   return (v_affected, v_remaining)::jobs.bulk_result;
 end;
 $$;
+
+drop function jobs._listed_queues(text);

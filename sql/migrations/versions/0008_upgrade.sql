@@ -2,8 +2,8 @@
 -- One index fewer on every state change: jobs_created_idx on jobs.jobs (created_at, id) served
 -- jobs.list_jobs without a queue and the batch order of jobs.remove_many, and cost every enqueue,
 -- claim and settle an index entry (no update of jobs.jobs is HOT). jobs.list_jobs now reads
--- jobs_queue_created_idx a queue at a time and merges the page; jobs.remove_many takes a call's
--- rows in no particular order.
+-- jobs_queue_created_idx a queue at a time (jobs._listed_queues finds the names) and merges the
+-- page; jobs.remove_many takes a call's rows in no particular order.
 -- One index for dead rows only (jobs_dead_idx), which rows enter only as they die: with it
 -- jobs.queue_stats reads each counted state through its partial index, never a finished row.
 -- Same arguments, answers and errors.
@@ -99,8 +99,30 @@ begin
 end;
 $$;
 
--- >>> sql/functions/130_operator.sql: the index, list_jobs, remove_many
+-- >>> sql/functions/130_operator.sql: the index, _listed_queues, list_jobs, remove_many
 drop index jobs.jobs_created_idx;
+
+-- jobs._listed_queues: the queues jobs.list_jobs reads: `queue` when given, else every queue
+-- name in jobs.jobs, each found with one descent of jobs_queue_created_idx (the next name after
+-- the last), not by reading the rows. Answers setof text, in name order. Raises nothing.
+-- Introduced in revision 0008.
+create function jobs._listed_queues(queue text)
+returns setof text
+language sql
+stable
+set search_path = pg_catalog, pg_temp
+as $$
+  with recursive names (queue) as (
+    select coalesce(_listed_queues.queue,
+                    (select j.queue from jobs.jobs j order by j.queue limit 1))
+    union all
+    select (select j.queue from jobs.jobs j where j.queue > n.queue order by j.queue limit 1)
+      from names n
+     where _listed_queues.queue is null
+       and n.queue is not null
+  )
+  select n.queue from names n where n.queue is not null
+$$;
 
 -- jobs.list_jobs: a page of jobs, newest first by (created_at, id), filtered.
 -- Arguments: queue, name, state, tenant_id, id_prefix (the start of the id's text), created_from,
@@ -172,21 +194,12 @@ begin
     -- each queue's rows just newer than the cursor, the oldest of them first, then answered
     -- newest first
     return query
-      with recursive queues (queue) as (
-        select coalesce(list_jobs.queue,
-                        (select j.queue from jobs.jobs j order by j.queue limit 1))
-        union all
-        select (select j.queue from jobs.jobs j where j.queue > q.queue order by j.queue limit 1)
-          from queues q
-         where list_jobs.queue is null
-           and q.queue is not null
-      )
       select p.id, p.run_id, p.name, p.queue, p.state, p.tenant_id, p.attempt, p.max_attempts,
              p.priority, p.run_at, p.created_at, p.updated_at, p.finished_at, p.last_error,
              p.last_error_code
         from (
           select n.*
-            from queues q
+            from jobs._listed_queues(list_jobs.queue) q (queue)
            cross join lateral (
              select j.id, j.run_id, j.name, j.queue, j.state, j.tenant_id, j.attempt,
                     j.max_attempts, j.priority, j.run_at, j.created_at, j.updated_at,
@@ -212,18 +225,10 @@ begin
   end if;
 
   return query
-    with recursive queues (queue) as (
-      select coalesce(list_jobs.queue, (select j.queue from jobs.jobs j order by j.queue limit 1))
-      union all
-      select (select j.queue from jobs.jobs j where j.queue > q.queue order by j.queue limit 1)
-        from queues q
-       where list_jobs.queue is null
-         and q.queue is not null
-    )
     select o.id, o.run_id, o.name, o.queue, o.state, o.tenant_id, o.attempt, o.max_attempts,
            o.priority, o.run_at, o.created_at, o.updated_at, o.finished_at, o.last_error,
            o.last_error_code
-      from queues q
+      from jobs._listed_queues(list_jobs.queue) q (queue)
      cross join lateral (
        select j.id, j.run_id, j.name, j.queue, j.state, j.tenant_id, j.attempt, j.max_attempts,
               j.priority, j.run_at, j.created_at, j.updated_at, j.finished_at, j.last_error,
