@@ -293,6 +293,48 @@ begin
 end;
 $$;
 
+-- jobs._check_request_shapes: refuse a jobs.enqueue_many requests array whose shape is wrong,
+-- naming the first culprit: an element that is not an object, then a key that is not an
+-- argument of jobs.enqueue, then an explicit null where jobs.enqueue refuses NULL (never read as
+-- the default). Raises X_ARGUMENT_INVALID. Locks nothing. Introduced in revision 0009 (the
+-- checks were in jobs.enqueue_many, which now calls this only when its one-pass test fails).
+create function jobs._check_request_shapes(requests jsonb)
+returns void
+language plpgsql
+stable
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+  v_bad_key text;
+begin
+  if exists (select 1 from jsonb_array_elements(requests) e where jsonb_typeof(e) <> 'object') then
+    perform jobs._invalid('jobs.enqueue_many', 'requests', 'must hold JSON objects only');
+  end if;
+  select format('requests[%s].%s', e.ord, k.key)
+    into v_bad_key
+    from jsonb_array_elements(requests) with ordinality as e(item, ord),
+         jsonb_object_keys(e.item) as k(key)
+   where k.key not in ('name', 'input', 'idempotency_key', 'queue', 'tenant_id', 'run_at',
+                       'max_attempts', 'priority', 'id', 'run_id', 'traceparent', 'enqueued_by')
+   limit 1;
+  if v_bad_key is not null then
+    perform jobs._invalid('jobs.enqueue_many', v_bad_key, 'is not an argument of jobs.enqueue');
+  end if;
+  select format('requests[%s].%s', e.ord, k.key)
+    into v_bad_key
+    from jsonb_array_elements(requests) with ordinality as e(item, ord),
+         jsonb_each(e.item) as k(key, value)
+   where k.key in ('queue', 'max_attempts', 'priority')
+     and jsonb_typeof(k.value) = 'null'
+   order by e.ord
+   limit 1;
+  if v_bad_key is not null then
+    perform jobs._invalid('jobs.enqueue_many', v_bad_key,
+                          'must not be null (leave it out for the default)');
+  end if;
+end;
+$$;
+
 -- jobs.enqueue_many: put many jobs on the queue in one statement, with the rules of
 -- jobs.enqueue. Arguments: requests, a JSON array of objects whose keys are jobs.enqueue's
 -- argument names (name, input and idempotency_key required; queue, tenant_id, run_at,
@@ -302,7 +344,9 @@ $$;
 -- Raises what jobs.enqueue raises, naming the request (requests[3].name); under
 -- on_conflict => 'error' the first duplicate raises (detail.reason 'key_held', 'id_exists', or
 -- 'key_repeated' for a key repeated inside the batch) and nothing is inserted.
--- Locks: the unique indexes. One wake per queue per statement. Introduced in revision 0001.
+-- Locks: the unique indexes. One wake per queue per statement. Introduced in revision 0001;
+-- since revision 0009 a batch with nothing to refuse and nothing to dedupe is checked in one
+-- pass and answered without a lookup (those had cost about as much as its insert).
 create function jobs.enqueue_many(requests jsonb, on_conflict text default 'dedupe')
 returns setof jobs.enqueue_result
 language plpgsql
@@ -325,35 +369,27 @@ declare
   v_new_ids uuid[];
   v_duplicate record;
   v_queue text;
+  v_arguments constant text[] := array['name', 'input', 'idempotency_key', 'queue', 'tenant_id',
+                                       'run_at', 'max_attempts', 'priority', 'id', 'run_id',
+                                       'traceparent', 'enqueued_by'];
 begin
   perform jobs._check_on_conflict('jobs.enqueue_many', enqueue_many.on_conflict);
   if requests is null or jsonb_typeof(requests) <> 'array' then
     perform jobs._invalid('jobs.enqueue_many', 'requests', 'must be a JSON array of job objects');
   end if;
-  if exists (select 1 from jsonb_array_elements(requests) e where jsonb_typeof(e) <> 'object') then
-    perform jobs._invalid('jobs.enqueue_many', 'requests', 'must hold JSON objects only');
-  end if;
-  select format('requests[%s].%s', e.ord, k.key)
-    into v_bad_key
-    from jsonb_array_elements(requests) with ordinality as e(item, ord),
-         jsonb_object_keys(e.item) as k(key)
-   where k.key not in ('name', 'input', 'idempotency_key', 'queue', 'tenant_id', 'run_at',
-                       'max_attempts', 'priority', 'id', 'run_id', 'traceparent', 'enqueued_by')
-   limit 1;
-  if v_bad_key is not null then
-    perform jobs._invalid('jobs.enqueue_many', v_bad_key, 'is not an argument of jobs.enqueue');
-  end if;
-  -- an explicit null is refused where jobs.enqueue refuses it: never read as the default
-  select format('requests[%s].%s', e.ord, k.key)
-    into v_bad_key
-    from jsonb_array_elements(requests) with ordinality as e(item, ord),
-         jsonb_each(e.item) as k(key, value)
-   where k.key in ('queue', 'max_attempts', 'priority')
-     and jsonb_typeof(k.value) = 'null'
-   order by e.ord
-   limit 1;
-  if v_bad_key is not null then
-    perform jobs._invalid('jobs.enqueue_many', v_bad_key, 'must not be null (leave it out for the default)');
+  -- one pass over the array says whether any of the three shape checks below would refuse it;
+  -- they walk every key of every request, so they run only then, to name the first refusal
+  if exists (
+       select 1
+         from jsonb_array_elements(requests) e
+        where case
+                when jsonb_typeof(e) <> 'object' then true
+                else e - v_arguments <> '{}'::jsonb
+                     or e -> 'queue' = 'null'::jsonb
+                     or e -> 'max_attempts' = 'null'::jsonb
+                     or e -> 'priority' = 'null'::jsonb
+              end) then
+    perform jobs._check_request_shapes(requests);
   end if;
 
   v_new_ids := jobs._uuid_v7_many(jsonb_array_length(requests));
@@ -449,6 +485,23 @@ begin
     select coalesce(array_agg(inserted.id), '{}')
       into v_inserted
       from inserted;
+
+    -- every request made its own row (the usual batch): nothing was deduped, so no id was
+    -- taken and no key held, and each request answers its row
+    if v_try = 1 and cardinality(v_inserted) = cardinality(v_requests) then
+      for v_queue in
+        select distinct r.queue
+          from unnest(v_requests) r
+         where r.run_at <= v_now + interval '1 second'
+      loop
+        perform jobs._announce(v_queue, v_now);
+      end loop;
+      return query
+        select r.id, r.run_id, false
+          from unnest(v_requests) r
+         order by r.ord;
+      return;
+    end if;
 
     -- a new statement, so the lookups see this batch's rows: a key repeated in the batch
     -- dedupes to its first occurrence

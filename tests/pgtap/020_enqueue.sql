@@ -2,7 +2,7 @@
 -- dedupe on the live (name, tenant, idempotency key), with the regression cases R1-R7, R16, R87.
 begin;
 \ir fixtures/factory.sql
-select plan(160);
+select plan(168);
 
 set local durajobs.now = '2026-01-01 00:00:00+00';
 
@@ -327,6 +327,25 @@ select is((select count(*) from jobs.jobs where id = '01950000-0000-7000-8000-00
                                              or idempotency_key = 'k-r16-many'),
           1::bigint, 'enqueue_many: an existing id inserts no row (R16)');
 
+-- a request may give every argument of jobs.enqueue, and an explicit null where NULL is allowed
+select results_eq(
+  $$select r.id, r.run_id, r.deduped
+      from jobs.enqueue_many($j$[{"name": "m-all", "input": {"a": 1}, "idempotency_key": "k-m-all",
+                                 "queue": "q-all", "tenant_id": "t-all", "run_at": "2026-01-01T00:00:00Z",
+                                 "max_attempts": 3, "priority": 2,
+                                 "id": "01950000-0000-7000-8000-0000000000c1",
+                                 "run_id": "33333333-3333-4333-8333-333333333333",
+                                 "traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+                                 "enqueued_by": "pgtap"},
+                                {"name": "m-all", "input": {}, "idempotency_key": "k-m-all-2",
+                                 "tenant_id": null, "run_at": null, "traceparent": null}]$j$) r
+     limit 1$$,
+  $$values ('01950000-0000-7000-8000-0000000000c1'::uuid,
+            '33333333-3333-4333-8333-333333333333'::uuid, false)$$,
+  'enqueue_many: a request with every argument is taken');
+select is((select tenant_id from jobs.jobs where idempotency_key = 'k-m-all-2'), null,
+          'enqueue_many: an explicit null tenant_id is no tenant');
+
 -- every check of a request, found in one pass, names the first request it refuses
 select throws_like(
   $$select * from jobs.enqueue_many($j$[{"name": "ok", "input": {}, "idempotency_key": "c1"},
@@ -405,6 +424,32 @@ select throws_ok(
 select throws_ok(
   $$select * from jobs.enqueue_many($j$[{"name": "mb", "input": {}, "idempotency_key": "k-mb-1"}, "mb"]$j$)$$,
   'JQ001', null, 'enqueue_many: an element that is not an object raises JQ001');
+-- the shape checks run only when one pass over the array finds something wrong; they still
+-- name the first culprit, checking in the order they always did (revision 0009)
+select throws_like(
+  $$select * from jobs.enqueue_many($j$[{"name": "mb", "input": {}, "idempotency_key": "k-mb-1"}, 7]$j$)$$,
+  '%requests must hold JSON objects only', 'enqueue_many: a number among the requests is named');
+select throws_like(
+  $$select * from jobs.enqueue_many($j$[{"name": "mb", "input": {}, "idempotency_key": "k-mb-1", "queue": null}, 7]$j$)$$,
+  '%requests must hold JSON objects only',
+  'enqueue_many: an element that is not an object is refused before an explicit null');
+select throws_like(
+  $$select * from jobs.enqueue_many($j$[{"name": "mb", "input": {}, "idempotency_key": "k-mb-1", "priority": null},
+                                       {"name": "mb", "input": {}, "idempotency_key": "k-mb-2", "delay": 5}]$j$)$$,
+  '%requests[2].delay is not an argument of jobs.enqueue',
+  'enqueue_many: an unknown key is named, and refused before an explicit null');
+select throws_like(
+  $$select * from jobs.enqueue_many($j$[{"name": "mb", "input": {}, "idempotency_key": "k-mb-1"},
+                                       {"name": "mb", "input": {}, "idempotency_key": "k-mb-2", "queue": null}]$j$)$$,
+  '%requests[2].queue must not be null%', 'enqueue_many: an explicit null queue is named');
+select throws_like(
+  $$select * from jobs.enqueue_many($j$[{"name": "mb", "input": {}, "idempotency_key": "k-mb-1", "max_attempts": null}]$j$)$$,
+  '%requests[1].max_attempts must not be null%', 'enqueue_many: an explicit null max_attempts is named');
+select throws_like(
+  $$select * from jobs.enqueue_many($j$[{"name": "mb", "input": {}, "idempotency_key": "k-mb-1"},
+                                       {"name": "mb", "input": {}, "idempotency_key": "k-mb-2"},
+                                       {"name": "mb", "input": {}, "idempotency_key": "k-mb-3", "priority": null}]$j$)$$,
+  '%requests[3].priority must not be null%', 'enqueue_many: an explicit null priority is named');
 select throws_ok(
   $$select * from jobs.enqueue_many($j$[
       {"name": "mb", "input": {}, "idempotency_key": "k-mb-1", "id": "01950000-0000-7000-8000-0000000000b1"},
