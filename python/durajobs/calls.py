@@ -40,6 +40,9 @@ T = TypeVar("T")
 
 DEFAULT_VISIBILITY = timedelta(seconds=30)
 
+# request values JSON has no type for; a tuple, as `UUID | datetime` would be built per value
+_SENT_AS_TEXT = (UUID, datetime)
+
 
 @dataclass(frozen=True, slots=True)
 class Call(Generic[T]):
@@ -130,7 +133,7 @@ def enqueue_many(
     """Build jobs.enqueue_many; each request holds jobs.enqueue's argument names."""
     encoded = [
         {
-            key: (str(value) if isinstance(value, UUID | datetime) else value)
+            key: (str(value) if isinstance(value, _SENT_AS_TEXT) else value)
             for key, value in request.items()
             if value is not None
         }

@@ -2,7 +2,7 @@
 -- dedupe on the live (name, tenant, idempotency key), with the regression cases R1-R7, R16, R87.
 begin;
 \ir fixtures/factory.sql
-select plan(168);
+select plan(169);
 
 set local durajobs.now = '2026-01-01 00:00:00+00';
 
@@ -567,14 +567,38 @@ select isnt(:'r7f_id'::uuid, :'r7h_id'::uuid, 'R7: the fresh row''s id is not th
 select is((jobs_test.job(:'r7h_id')).state, 'done', 'R7: the holder is done');
 select is((jobs_test.job(:'r7f_id')).state, 'ready', 'R7: the fresh row is ready');
 
--- the same race in enqueue_many: its second pass inserts
+-- the same race in enqueue_many, which finds the holder in a join (since revision 0009): a
+-- trigger after each insert statement finishes the listed holder once the insert has met it,
+-- before the lookup; the second pass inserts
+create table jobs_test.finish_after_insert (id uuid primary key);
+create sequence jobs_test.insert_statements;
+create function jobs_test.count_insert_and_finish_listed()
+returns trigger
+language plpgsql
+as $$
+begin
+  perform nextval('jobs_test.insert_statements');
+  update jobs.jobs j
+     set state = 'done', finished_at = jobs._now()
+   where j.id in (select f.id from jobs_test.finish_after_insert f)
+     and j.state in ('ready', 'delayed', 'running', 'suspended');
+  return null;
+end;
+$$;
+create trigger count_insert_and_finish_listed
+  after insert on jobs.jobs
+  for each statement execute function jobs_test.count_insert_and_finish_listed();
 select jobs_test.enqueue(name => 'r7m', idempotency_key => 'k-r7m') as r7m_holder \gset
+insert into jobs_test.finish_after_insert values (:'r7m_holder');
+select setval('jobs_test.insert_statements', 1, false) \g /dev/null
 select results_eq(
   format($$select id <> %L::uuid, deduped
              from jobs.enqueue_many('[{"name": "r7m", "input": {}, "idempotency_key": "k-r7m"}]')$$,
          :'r7m_holder'),
   $$values (true, false)$$,
   'R7: enqueue_many inserts a fresh row when the holder finished mid-batch');
+select is((select last_value from jobs_test.insert_statements), 2::bigint,
+          'R7: enqueue_many met the holder, then inserted on its second pass');
 
 -- R7: a lookup that never finds the holder (the unique index is missing or lies): JQ005 after
 -- exactly two tries, never a loop
@@ -596,12 +620,19 @@ select throws_ok(
   'JQ005', null, 'R7: a conflict no lookup explains raises JQ005');
 select is((select last_value from jobs_test.find_live_calls), 2::bigint,
           'R7: enqueue tried exactly twice');
-select setval('jobs_test.find_live_calls', 1, false) \g /dev/null
+-- in enqueue_many, a unique index that is not the live key's makes the conflict that no
+-- lookup explains
+create unique index jobs_test_r7_lies on jobs.jobs (name) where name = 'r7-lies';
+select jobs_test.enqueue(name => 'r7-lies', idempotency_key => 'k-r7-lies-1') \g /dev/null
+select jobs_test.job_count() as r7_before \gset
+select setval('jobs_test.insert_statements', 1, false) \g /dev/null
 select throws_ok(
-  $$select * from jobs.enqueue_many('[{"name": "r7", "input": {}, "idempotency_key": "k-r7"}]')$$,
+  $$select * from jobs.enqueue_many('[{"name": "r7-lies", "input": {}, "idempotency_key": "k-r7-lies-2"}]')$$,
   'JQ005', null, 'R7: enqueue_many raises JQ005 too');
-select is((select last_value from jobs_test.find_live_calls), 2::bigint,
+select is((select last_value from jobs_test.insert_statements), 2::bigint,
           'R7: enqueue_many tried exactly twice');
+drop trigger count_insert_and_finish_listed on jobs.jobs;
+drop index jobs.jobs_test_r7_lies;
 select is(jobs_test.job_count(), :'r7_before'::bigint, 'R7: JQ005 inserts nothing');
 
 

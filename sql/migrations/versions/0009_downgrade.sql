@@ -1,5 +1,6 @@
 -- Revision 0009 down: put back the jobs.enqueue_many of revision 0007, which runs its shape
--- checks itself on every call and answers every batch through the dedupe lookups, drop
+-- checks itself on every call, answers every batch through the dedupe lookups and calls
+-- jobs._find_live per deduped request, drop
 -- jobs._check_request_shapes, and go back to schema version 8.
 
 create or replace function jobs.version()
