@@ -4,7 +4,7 @@
 -- (affected, remaining) so "call until zero" ends.
 begin;
 \ir fixtures/factory.sql
-select plan(125);
+select plan(128);
 
 -- local helpers (in jobs_test, so the rollback removes them) ----------------------------------
 
@@ -440,6 +440,21 @@ select is(jobs.requeue_many(state => 'dead', queue => 'q-bulk'), row(5, 0)::jobs
           'the second call moves the rest: (5, 0)');
 select is(jobs.requeue_many(state => 'dead', queue => 'q-bulk'), row(0, 0)::jobs.bulk_result,
           'the third call answers (0, 0)');
+
+-- remaining past the limit, with shared and held keys: 1,002 keys, two of them on a newer row
+-- too, one held by a live job, so 1,001 rows are movable
+select count(jobs_test.finished('dead', 'q-bulk-mix', name => 'mx', idempotency_key => 'k-mx-' || g))
+  from generate_series(1, 1002) g \g /dev/null
+select jobs_test.advance(interval '1 second') \g /dev/null
+select jobs_test.finished('dead', 'q-bulk-mix', name => 'mx', idempotency_key => 'k-mx-1') \g /dev/null
+select jobs_test.finished('dead', 'q-bulk-mix', name => 'mx', idempotency_key => 'k-mx-2') \g /dev/null
+select jobs_test.enqueue(name => 'mx', idempotency_key => 'k-mx-3', queue => 'q-bulk-mix-live') \g /dev/null
+select is(jobs.requeue_many(state => 'dead', queue => 'q-bulk-mix'), row(1000, 1)::jobs.bulk_result,
+          'requeue_many counts one movable row a key, none of a held key: (1000, 1)');
+select is(jobs.requeue_many(state => 'dead', queue => 'q-bulk-mix'), row(1, 0)::jobs.bulk_result,
+          'the next call moves the last movable row: (1, 0)');
+select is((select count(*) from jobs.jobs where queue = 'q-bulk-mix' and state = 'dead'), 3::bigint,
+          'the held key''s row and the two newer rows of requeued keys stay dead');
 
 -- =============================================================================================
 -- remove_many

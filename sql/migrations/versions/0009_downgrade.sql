@@ -1,6 +1,6 @@
 -- Revision 0009 down: put back the jobs.enqueue_many of revision 0007, which runs its shape
 -- checks itself on every call, answers every batch through the dedupe lookups and calls
--- jobs._find_live per deduped request, drop
+-- jobs._find_live per deduped request, and the jobs.requeue_many of revision 0005, drop
 -- jobs._check_request_shapes, and go back to schema version 8.
 
 create or replace function jobs.version()
@@ -283,6 +283,84 @@ begin
       from unnest(v_answered, v_answer_ids, v_answer_run_ids, v_answer_deduped)
              as a(ord, id, run_id, deduped)
      order by a.ord;
+end;
+$$;
+
+-- jobs.requeue_many: requeue finished jobs of one state (done, failed, dead, cancelled),
+-- optionally of one queue, name and tenant, at most 1,000 a call. A row whose key a live job
+-- holds stays; of several finished rows sharing a key, the oldest is requeued. Keeps each run,
+-- so completed steps replay.
+-- Answers (affected, remaining): remaining counts the rows a next call could still move.
+-- Raises X_ARGUMENT_INVALID. Locks the rows it moves (skip locked). Wakes their queues.
+-- Introduced in revision 0005.
+create or replace function jobs.requeue_many(
+  state text,
+  queue text default null,
+  name text default null,
+  tenant_id text default null
+)
+returns jobs.bulk_result
+language plpgsql
+volatile
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+  v_now timestamptz := jobs._now();
+  v_affected integer;
+  v_remaining bigint;
+  v_queues text[];
+  v_queue text;
+begin
+  perform jobs._bulk_check('jobs.requeue_many', requeue_many.state,
+                           array['done', 'failed', 'dead', 'cancelled']);
+  with movable as materialized (
+    -- of several finished rows sharing a key, the oldest; none whose key a live job holds
+    select distinct on (j.name, coalesce(j.tenant_id, ''), j.idempotency_key) j.id
+      from jobs.jobs j
+     where j.state = requeue_many.state
+       and (requeue_many.queue is null or j.queue = requeue_many.queue)
+       and (requeue_many.name is null or j.name = requeue_many.name)
+       and (requeue_many.tenant_id is null or j.tenant_id = requeue_many.tenant_id)
+       and jobs._find_live(j.name, j.tenant_id, j.idempotency_key) is null
+     order by j.name, coalesce(j.tenant_id, ''), j.idempotency_key, j.created_at, j.id
+  ),
+  batch as materialized (
+    select j.id
+      from jobs.jobs j
+      join movable m on m.id = j.id
+     order by j.created_at, j.id
+     limit 1000
+       for update of j skip locked
+  ),
+  moved as (
+    update jobs.jobs j
+       set state = 'ready', run_at = v_now, attempt = 0, last_error = null,
+           last_error_code = null, last_error_stack = null, lease_expires_at = null,
+           finished_at = null, updated_at = v_now
+      from batch b
+     where j.id = b.id
+    returning j.queue
+  )
+  select count(*), coalesce(array_agg(distinct m.queue), '{}')
+    into v_affected, v_queues
+    from moved m;
+
+  foreach v_queue in array v_queues loop
+    perform pg_notify('jobs_wake', v_queue);
+  end loop;
+
+  select count(*)
+    into v_remaining
+    from (
+      select distinct on (j.name, coalesce(j.tenant_id, ''), j.idempotency_key) j.id
+        from jobs.jobs j
+       where j.state = requeue_many.state
+         and (requeue_many.queue is null or j.queue = requeue_many.queue)
+         and (requeue_many.name is null or j.name = requeue_many.name)
+         and (requeue_many.tenant_id is null or j.tenant_id = requeue_many.tenant_id)
+         and jobs._find_live(j.name, j.tenant_id, j.idempotency_key) is null
+    ) still;
+  return (v_affected, v_remaining)::jobs.bulk_result;
 end;
 $$;
 

@@ -8,6 +8,10 @@
 -- answering statement instead of a jobs._find_live call per request. Measured at 1,000
 -- requests a call, server time: a fresh batch about 26 ms to 20 ms, a batch whose every key is
 -- held about 43 ms to 17 ms.
+-- jobs.requeue_many had the same per-row call: it ran jobs._find_live for every finished row of
+-- the state, in two passes a call (the batch, then `remaining`), about 3.4 s a call next to
+-- 200,000 finished rows. It now joins the live rows, once a call, and answers `remaining` from
+-- the same pass.
 -- Same arguments, answers, errors and locks.
 -- Schema version 9. Frozen: never edit after release; a change ships as a new revision.
 
@@ -359,5 +363,83 @@ begin
       from unnest(v_answered, v_answer_ids, v_answer_run_ids, v_answer_deduped)
              as a(ord, id, run_id, deduped)
      order by a.ord;
+end;
+$$;
+
+-- >>> sql/functions/130_operator.sql: requeue_many
+-- jobs.requeue_many: requeue finished jobs of one state (done, failed, dead, cancelled),
+-- optionally of one queue, name and tenant, at most 1,000 a call. A row whose key a live job
+-- holds stays; of several finished rows sharing a key, the oldest is requeued. Keeps each run,
+-- so completed steps replay.
+-- Answers (affected, remaining): remaining counts the rows a next call could still move, as of
+-- the call's snapshot.
+-- Raises X_ARGUMENT_INVALID. Locks the rows it moves (skip locked). Wakes their queues.
+-- Introduced in revision 0005; since revision 0009 it finds the movable rows once a call, with
+-- a join to the live rows instead of a jobs._find_live call per finished row (about 1.7 s a
+-- pass next to 200,000 finished rows, and a call made two passes).
+create or replace function jobs.requeue_many(
+  state text,
+  queue text default null,
+  name text default null,
+  tenant_id text default null
+)
+returns jobs.bulk_result
+language plpgsql
+volatile
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+  v_now timestamptz := jobs._now();
+  v_movable bigint;
+  v_affected integer;
+  v_queues text[];
+  v_queue text;
+begin
+  perform jobs._bulk_check('jobs.requeue_many', requeue_many.state,
+                           array['done', 'failed', 'dead', 'cancelled']);
+  with movable as materialized (
+    -- of several finished rows sharing a key, the oldest; none whose key a live job holds
+    select distinct on (j.name, coalesce(j.tenant_id, ''), j.idempotency_key) j.id
+      from jobs.jobs j
+     where j.state = requeue_many.state
+       and (requeue_many.queue is null or j.queue = requeue_many.queue)
+       and (requeue_many.name is null or j.name = requeue_many.name)
+       and (requeue_many.tenant_id is null or j.tenant_id = requeue_many.tenant_id)
+       and not exists (
+             select 1
+               from jobs.jobs live
+              where live.name = j.name
+                and coalesce(live.tenant_id, '') = coalesce(j.tenant_id, '')
+                and live.idempotency_key = j.idempotency_key
+                and live.state in ('ready', 'delayed', 'running', 'suspended'))
+     order by j.name, coalesce(j.tenant_id, ''), j.idempotency_key, j.created_at, j.id
+  ),
+  batch as materialized (
+    select j.id
+      from jobs.jobs j
+      join movable m on m.id = j.id
+     order by j.created_at, j.id
+     limit 1000
+       for update of j skip locked
+  ),
+  moved as (
+    update jobs.jobs j
+       set state = 'ready', run_at = v_now, attempt = 0, last_error = null,
+           last_error_code = null, last_error_stack = null, lease_expires_at = null,
+           finished_at = null, updated_at = v_now
+      from batch b
+     where j.id = b.id
+    returning j.queue
+  )
+  select (select count(*) from movable), count(*), coalesce(array_agg(distinct m.queue), '{}')
+    into v_movable, v_affected, v_queues
+    from moved m;
+
+  foreach v_queue in array v_queues loop
+    perform pg_notify('jobs_wake', v_queue);
+  end loop;
+
+  -- each moved row was its key's only movable row, and its key is live now
+  return (v_affected, v_movable - v_affected)::jobs.bulk_result;
 end;
 $$;
