@@ -273,7 +273,8 @@ $$;
 -- Raises X_ARGUMENT_INVALID. Locks the rows it moves (skip locked). Wakes their queues.
 -- Introduced in revision 0005; since revision 0009 it finds the movable rows once a call, with
 -- a join to the live rows instead of a jobs._find_live call per finished row (about 1.7 s a
--- pass next to 200,000 finished rows, and a call made two passes).
+-- pass next to 200,000 finished rows, and a call made two passes), and checks each row's state
+-- again under its lock (before, a row claimed since the call read it was reset to ready).
 create function jobs.requeue_many(
   state text,
   queue text default null,
@@ -312,9 +313,12 @@ begin
      order by j.name, coalesce(j.tenant_id, ''), j.idempotency_key, j.created_at, j.id
   ),
   batch as materialized (
+    -- the state again, under the lock: a row another session moved on since `movable` was read
+    -- (requeued and claimed, say) is read anew here, and a lock by id alone would take it
     select j.id
       from jobs.jobs j
       join movable m on m.id = j.id
+     where j.state = requeue_many.state
      order by j.created_at, j.id
      limit 1000
        for update of j skip locked
