@@ -2,7 +2,7 @@
 -- dedupe on the live (name, tenant, idempotency key), with the regression cases R1-R7, R16, R87.
 begin;
 \ir fixtures/factory.sql
-select plan(169);
+select plan(173);
 
 set local durajobs.now = '2026-01-01 00:00:00+00';
 
@@ -345,6 +345,10 @@ select results_eq(
   'enqueue_many: a request with every argument is taken');
 select is((select tenant_id from jobs.jobs where idempotency_key = 'k-m-all-2'), null,
           'enqueue_many: an explicit null tenant_id is no tenant');
+-- a number where a text argument goes is read as its text
+select id as mb_num from jobs.enqueue_many($j$[{"name": "mb-num", "input": {}, "idempotency_key": 42}]$j$) \gset
+select is((jobs_test.job(:'mb_num')).idempotency_key, '42',
+          'enqueue_many: a number as idempotency_key is read as its text');
 
 -- every check of a request, found in one pass, names the first request it refuses
 select throws_like(
@@ -450,6 +454,19 @@ select throws_like(
                                        {"name": "mb", "input": {}, "idempotency_key": "k-mb-2"},
                                        {"name": "mb", "input": {}, "idempotency_key": "k-mb-3", "priority": null}]$j$)$$,
   '%requests[3].priority must not be null%', 'enqueue_many: an explicit null priority is named');
+-- a JSON object or array where a text argument goes is refused, not stored as its JSON text
+-- (revision 0009)
+select throws_like(
+  $$select * from jobs.enqueue_many($j$[{"name": "mb", "input": {}, "idempotency_key": "k-mb-1"},
+                                       {"name": "mb", "input": {}, "idempotency_key": "k-mb-2", "queue": {"q": 1}}]$j$)$$,
+  '%requests[2].queue must be a string, not a JSON object or array',
+  'enqueue_many: an object as queue is named');
+select throws_like(
+  $$select * from jobs.enqueue_many($j$[{"name": "mb", "input": {}, "idempotency_key": ["k"]}]$j$)$$,
+  '%requests[1].idempotency_key must be a string%', 'enqueue_many: an array as idempotency_key is named');
+select throws_like(
+  $$select * from jobs.enqueue_many($j$[{"name": ["mb"], "input": {}, "idempotency_key": "k-mb-1", "priority": null}]$j$)$$,
+  '%requests[1].priority must not be null%', 'enqueue_many: an explicit null is named before a JSON array name');
 select throws_ok(
   $$select * from jobs.enqueue_many($j$[
       {"name": "mb", "input": {}, "idempotency_key": "k-mb-1", "id": "01950000-0000-7000-8000-0000000000b1"},

@@ -14,7 +14,9 @@
 -- the same pass. It also checks each row's state again under its lock: it locked its batch by id
 -- alone, so a row requeued and claimed by another session since the call read it was reset to
 -- ready while its worker ran it.
--- Same arguments, answers, errors and locks.
+-- One new refusal: a JSON object or array given to enqueue_many for a text argument (name,
+-- queue, idempotency_key, tenant_id, traceparent, enqueued_by) was stored as its JSON text; it
+-- is X_ARGUMENT_INVALID now. Otherwise the same arguments, answers, errors and locks.
 -- Schema version 9. Frozen: never edit after release; a change ships as a new revision.
 
 create or replace function jobs.version()
@@ -30,8 +32,10 @@ $$;
 -- jobs._check_request_shapes: refuse a jobs.enqueue_many requests array whose shape is wrong,
 -- naming the first culprit: an element that is not an object, then a key that is not an
 -- argument of jobs.enqueue, then an explicit null where jobs.enqueue refuses NULL (never read as
--- the default). Raises X_ARGUMENT_INVALID. Locks nothing. Introduced in revision 0009 (the
--- checks were in jobs.enqueue_many, which now calls this only when its one-pass test fails).
+-- the default), then a JSON object or array where a text argument goes (it was stored as its
+-- JSON text before revision 0009). Raises X_ARGUMENT_INVALID. Locks nothing. Introduced in
+-- revision 0009 (the first three checks were in jobs.enqueue_many, which now calls this only
+-- when its one-pass test fails).
 create function jobs._check_request_shapes(requests jsonb)
 returns void
 language plpgsql
@@ -65,6 +69,18 @@ begin
   if v_bad_key is not null then
     perform jobs._invalid('jobs.enqueue_many', v_bad_key,
                           'must not be null (leave it out for the default)');
+  end if;
+  select format('requests[%s].%s', e.ord, k.key)
+    into v_bad_key
+    from jsonb_array_elements(requests) with ordinality as e(item, ord),
+         jsonb_each(e.item) as k(key, value)
+   where k.key in ('name', 'queue', 'idempotency_key', 'tenant_id', 'traceparent', 'enqueued_by')
+     and jsonb_typeof(k.value) in ('object', 'array')
+   order by e.ord
+   limit 1;
+  if v_bad_key is not null then
+    perform jobs._invalid('jobs.enqueue_many', v_bad_key,
+                          'must be a string, not a JSON object or array');
   end if;
 end;
 $$;
@@ -112,8 +128,8 @@ begin
   if requests is null or jsonb_typeof(requests) <> 'array' then
     perform jobs._invalid('jobs.enqueue_many', 'requests', 'must be a JSON array of job objects');
   end if;
-  -- one pass over the array says whether any of the three shape checks below would refuse it;
-  -- they walk every key of every request, so they run only then, to name the first refusal
+  -- one pass over the array says whether any shape check of jobs._check_request_shapes would
+  -- refuse it; those walk every key of every request, so they run only then, to name the culprit
   if exists (
        select 1
          from jsonb_array_elements(requests) e
@@ -123,6 +139,12 @@ begin
                      or e -> 'queue' = 'null'::jsonb
                      or e -> 'max_attempts' = 'null'::jsonb
                      or e -> 'priority' = 'null'::jsonb
+                     or jsonb_typeof(e -> 'name') in ('object', 'array')
+                     or jsonb_typeof(e -> 'queue') in ('object', 'array')
+                     or jsonb_typeof(e -> 'idempotency_key') in ('object', 'array')
+                     or jsonb_typeof(e -> 'tenant_id') in ('object', 'array')
+                     or jsonb_typeof(e -> 'traceparent') in ('object', 'array')
+                     or jsonb_typeof(e -> 'enqueued_by') in ('object', 'array')
               end) then
     perform jobs._check_request_shapes(requests);
   end if;
