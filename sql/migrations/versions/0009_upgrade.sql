@@ -54,6 +54,7 @@ begin
          jsonb_object_keys(e.item) as k(key)
    where k.key not in ('name', 'input', 'idempotency_key', 'queue', 'tenant_id', 'run_at',
                        'max_attempts', 'priority', 'id', 'run_id', 'traceparent', 'enqueued_by')
+   order by e.ord
    limit 1;
   if v_bad_key is not null then
     perform jobs._invalid('jobs.enqueue_many', v_bad_key, 'is not an argument of jobs.enqueue');
