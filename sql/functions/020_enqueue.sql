@@ -293,13 +293,12 @@ begin
 end;
 $$;
 
--- jobs._check_request_shapes: refuse a jobs.enqueue_many requests array whose shape is wrong,
--- naming the first culprit: an element that is not an object, then a key that is not an
--- argument of jobs.enqueue, then an explicit null where jobs.enqueue refuses NULL (never read as
--- the default), then a JSON object or array where a text argument goes (it was stored as its
--- JSON text before revision 0009). Raises X_ARGUMENT_INVALID. Locks nothing. Introduced in
--- revision 0009 (the first three checks were in jobs.enqueue_many, which now calls this only
--- when its one-pass test fails).
+-- jobs._check_request_shapes: refuse a jobs.enqueue_many requests array (a JSON array) whose
+-- shape is wrong, naming the first culprit: an element that is not an object, then a key that is
+-- not an argument of jobs.enqueue, then an explicit null where jobs.enqueue refuses NULL (never
+-- read as the default), then a JSON object or array where a text argument goes (it was stored
+-- as its JSON text before revision 0009). Raises X_ARGUMENT_INVALID. Locks nothing. Introduced
+-- in revision 0009 (the first three checks were in jobs.enqueue_many).
 create function jobs._check_request_shapes(requests jsonb)
 returns void
 language plpgsql
@@ -307,8 +306,33 @@ stable
 set search_path = pg_catalog, pg_temp
 as $$
 declare
+  v_arguments constant text[] := array['name', 'input', 'idempotency_key', 'queue', 'tenant_id',
+                                       'run_at', 'max_attempts', 'priority', 'id', 'run_id',
+                                       'traceparent', 'enqueued_by'];
   v_bad_key text;
 begin
+  -- one pass over the array tells whether any check below would refuse it; they walk every key
+  -- of every request, so they run only then, to name the culprit. The text arguments are
+  -- spelled out: a subquery over a list per request cost more than the pass
+  if not exists (
+       select 1
+         from jsonb_array_elements(requests) e
+        where case
+                when jsonb_typeof(e) <> 'object' then true
+                else e - v_arguments <> '{}'::jsonb
+                     or e -> 'queue' = 'null'::jsonb
+                     or e -> 'max_attempts' = 'null'::jsonb
+                     or e -> 'priority' = 'null'::jsonb
+                     or jsonb_typeof(e -> 'name') in ('object', 'array')
+                     or jsonb_typeof(e -> 'queue') in ('object', 'array')
+                     or jsonb_typeof(e -> 'idempotency_key') in ('object', 'array')
+                     or jsonb_typeof(e -> 'tenant_id') in ('object', 'array')
+                     or jsonb_typeof(e -> 'traceparent') in ('object', 'array')
+                     or jsonb_typeof(e -> 'enqueued_by') in ('object', 'array')
+              end) then
+    return;
+  end if;
+
   if exists (select 1 from jsonb_array_elements(requests) e where jsonb_typeof(e) <> 'object') then
     perform jobs._invalid('jobs.enqueue_many', 'requests', 'must hold JSON objects only');
   end if;
@@ -316,8 +340,7 @@ begin
     into v_bad_key
     from jsonb_array_elements(requests) with ordinality as e(item, ord),
          jsonb_object_keys(e.item) as k(key)
-   where k.key not in ('name', 'input', 'idempotency_key', 'queue', 'tenant_id', 'run_at',
-                       'max_attempts', 'priority', 'id', 'run_id', 'traceparent', 'enqueued_by')
+   where k.key <> all(v_arguments)
    order by e.ord
    limit 1;
   if v_bad_key is not null then
@@ -385,34 +408,12 @@ declare
   v_new_ids uuid[];
   v_duplicate record;
   v_queue text;
-  v_arguments constant text[] := array['name', 'input', 'idempotency_key', 'queue', 'tenant_id',
-                                       'run_at', 'max_attempts', 'priority', 'id', 'run_id',
-                                       'traceparent', 'enqueued_by'];
 begin
   perform jobs._check_on_conflict('jobs.enqueue_many', enqueue_many.on_conflict);
   if requests is null or jsonb_typeof(requests) <> 'array' then
     perform jobs._invalid('jobs.enqueue_many', 'requests', 'must be a JSON array of job objects');
   end if;
-  -- one pass over the array says whether any shape check of jobs._check_request_shapes would
-  -- refuse it; those walk every key of every request, so they run only then, to name the culprit
-  if exists (
-       select 1
-         from jsonb_array_elements(requests) e
-        where case
-                when jsonb_typeof(e) <> 'object' then true
-                else e - v_arguments <> '{}'::jsonb
-                     or e -> 'queue' = 'null'::jsonb
-                     or e -> 'max_attempts' = 'null'::jsonb
-                     or e -> 'priority' = 'null'::jsonb
-                     or jsonb_typeof(e -> 'name') in ('object', 'array')
-                     or jsonb_typeof(e -> 'queue') in ('object', 'array')
-                     or jsonb_typeof(e -> 'idempotency_key') in ('object', 'array')
-                     or jsonb_typeof(e -> 'tenant_id') in ('object', 'array')
-                     or jsonb_typeof(e -> 'traceparent') in ('object', 'array')
-                     or jsonb_typeof(e -> 'enqueued_by') in ('object', 'array')
-              end) then
-    perform jobs._check_request_shapes(requests);
-  end if;
+  perform jobs._check_request_shapes(requests);
 
   v_new_ids := jobs._uuid_v7_many(jsonb_array_length(requests));
   begin
