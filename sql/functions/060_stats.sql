@@ -25,11 +25,13 @@ create type jobs.queue_stat as (
 -- Each row counts in exactly one bucket. ready: state 'ready' (a shed row included, even while
 -- its short delay runs) and 'delayed' rows that came due; delayed: 'delayed' rows not yet due.
 -- A suspended row (a sleep, a park) is excluded from oldest_ready_age even when due, on purpose.
--- Arguments: queues (NULL: every queue holding a job; given: exactly those, zeros included).
+-- Arguments: queues (NULL: every queue holding a counted job, and every paused queue; given:
+-- exactly those, zeros included).
 -- Answers one jobs.queue_stat per queue, ordered by queue. Locks nothing.
 -- Since revision 0008 each state is read through the partial index that holds it, so the
--- finished rows of a queue, however many, are never read (a metrics scrape calls this).
--- Introduced in revision 0001.
+-- finished rows of a queue, however many, are never read (a metrics scrape calls this). Since
+-- revision 0010 a paused queue is listed even when it holds nothing counted: a pause taken
+-- before the jobs come, or one that outlived them, was invisible. Introduced in revision 0001.
 create function jobs.queue_stats(queues text[] default null)
 returns setof jobs.queue_stat
 language plpgsql
@@ -78,6 +80,10 @@ begin
        union
       select c.queue
         from counted c
+       union
+      select p.queue
+        from jobs.queue_pauses p
+       where queue_stats.queues is null
     )
     select w.queue,
            coalesce(c.ready, 0),

@@ -4,7 +4,7 @@
 -- finished rows are never read, however many there are (a metrics scrape calls it).
 begin;
 \ir fixtures/factory.sql
-select plan(21);
+select plan(23);
 
 -- ---------------------------------------------------------------------------------------------
 -- one queue holding a row in every state
@@ -124,6 +124,14 @@ select results_eq(
 select jobs.resume_queue(queue => 'q-stats') \g /dev/null
 select is((select paused from jobs.queue_stats(queues => array['q-stats'])), false,
           'paused clears on resume');
+-- a queue paused before its jobs come (or after they all finished) is listed without naming it
+select results_eq(
+  $$select queue, ready, running, dead, paused from jobs.queue_stats() where queue = 'empty-q'$$,
+  $$values ('empty-q', 0::bigint, 0::bigint, 0::bigint, true)$$,
+  'NULL queues lists a paused queue that holds nothing, with zeros');
+select jobs.resume_queue(queue => 'empty-q') \g /dev/null
+select ok(not exists (select 1 from jobs.queue_stats() where queue = 'empty-q'),
+          'and forgets it once resumed');
 
 
 -- a delayed row that came due waits like a ready one: it counts as ready and ages
