@@ -17,6 +17,7 @@ from durajobs.cli_support import database_url, instant, load_registry
 from durajobs.client import Client
 from durajobs.errors import DurajobsError, JobInputInvalid
 from durajobs.migrations import HEAD, migrate
+from durajobs.tracing import checked_traceparent, current_traceparent
 
 
 def _json_object(text: str) -> dict[str, Any]:
@@ -27,6 +28,17 @@ def _json_object(text: str) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise JobInputInvalid(f"--input must be a JSON object, got {type(value).__name__}")
     return value
+
+
+def _traceparent(flag: str | None) -> str | None:
+    """The trace context to stamp: --traceparent, else $TRACEPARENT (OpenTelemetry's carrier
+    for a process started inside a trace), else the current span's (none in a bare CLI)."""
+    if flag is not None:
+        return checked_traceparent(flag, "--traceparent")
+    inherited = os.environ.get("TRACEPARENT")
+    if inherited:
+        return checked_traceparent(inherited, "TRACEPARENT")
+    return current_traceparent()
 
 
 def _cmd_migrate(args: argparse.Namespace) -> int:
@@ -42,6 +54,7 @@ def _cmd_enqueue(args: argparse.Namespace) -> int:
         "priority": args.priority,
         "max_attempts": args.max_attempts,
         "run_at": instant(args.run_at, "--run-at") if args.run_at else None,
+        "traceparent": _traceparent(args.traceparent),
     }
     payload = _json_object(args.input)
     with Client.connect(database_url(args.database_url)) as client:
@@ -184,6 +197,10 @@ def _parser() -> argparse.ArgumentParser:
     enqueue_command.add_argument("--run-at", help="ISO 8601 instant with a zone (default: now)")
     enqueue_command.add_argument("--priority", type=int, help="lower runs first (default 0)")
     enqueue_command.add_argument("--max-attempts", type=int, help="default 20")
+    enqueue_command.add_argument(
+        "--traceparent",
+        help="W3C trace context the job's run continues (default: $TRACEPARENT, if set)",
+    )
     enqueue_command.add_argument("--json", action="store_true", help="print the answer as JSON")
     enqueue_command.set_defaults(run=_cmd_enqueue)
 

@@ -30,6 +30,7 @@ from durajobs.records import (
     WorkerRecord,
 )
 from durajobs.states import HeartbeatAnswer, NackTarget, StepStatus
+from durajobs.tracing import current_traceparent, stamped
 
 if TYPE_CHECKING:
     from durajobs.declarations import Registry
@@ -140,12 +141,17 @@ class Client:
     def enqueue(
         self, name: str, input: Mapping[str, Any], idempotency_key: str, **options: Any
     ) -> EnqueueResult:
+        """`jobs.enqueue`; the current span's trace context is stamped unless `traceparent` is
+        given (None included)."""
+        if "traceparent" not in options:
+            options["traceparent"] = current_traceparent()
         return self.run(calls.enqueue(name, input, idempotency_key, **options))
 
     def enqueue_many(
         self, requests: Sequence[Mapping[str, Any]], *, on_conflict: str | None = None
     ) -> list[EnqueueResult]:
-        return self.run(calls.enqueue_many(requests, on_conflict=on_conflict))
+        """`jobs.enqueue_many`; a request without a `traceparent` key gets the current span's."""
+        return self.run(calls.enqueue_many(stamped(requests), on_conflict=on_conflict))
 
     def claim(self, queues: Sequence[str], worker_id: str, **options: Any) -> list[ClaimedJob]:
         return self.run(calls.claim(queues, worker_id, **options))

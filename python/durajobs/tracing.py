@@ -1,6 +1,7 @@
 """OpenTelemetry, when it is installed: an enqueue stamps the current trace context on the row
 (its W3C `traceparent`), and the worker runs each attempt in a span that is that context's
-child, so the request that enqueued and the job that ran later read as one trace.
+child, so the request that enqueued and the job that ran later read as one trace. A command-line
+enqueue takes the context from `--traceparent` or the `TRACEPARENT` environment variable.
 
 Optional: without `opentelemetry-api` (pip install 'durajobs[otel]') both ends do nothing, and
 with the API but no SDK configured the context is empty, so nothing is stamped either. Configure
@@ -9,13 +10,18 @@ the SDK before starting a worker: one configured later is noticed within five se
 
 from __future__ import annotations
 
+import re
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from types import ModuleType
 from typing import Any
 
+from durajobs.errors import ArgumentInvalid
 from durajobs.records import ClaimedJob
+
+# W3C Trace Context, version 00: version-trace_id-parent_id-flags in lowercase hex
+_TRACEPARENT = re.compile(r"[0-9a-f]{2}-([0-9a-f]{32})-([0-9a-f]{16})-[0-9a-f]{2}")
 
 
 def _load() -> tuple[ModuleType, ModuleType] | None:
@@ -58,6 +64,33 @@ def current_traceparent() -> str | None:
     carrier: dict[str, str] = {}
     propagate.inject(carrier)
     return carrier.get("traceparent")
+
+
+def stamped(requests: Sequence[Mapping[str, Any]]) -> Sequence[Mapping[str, Any]]:
+    """The bulk requests, each one without a `traceparent` key given the current span's; the
+    same list when there is no span."""
+    traceparent = current_traceparent()
+    if traceparent is None:
+        return requests
+    return [
+        request if "traceparent" in request else {**request, "traceparent": traceparent}
+        for request in requests
+    ]
+
+
+def checked_traceparent(value: str, source: str) -> str:
+    """`value` if it is a W3C traceparent a worker can continue; X_ARGUMENT_INVALID naming
+    `source` otherwise (a malformed one would be dropped silently and the run start a new
+    trace)."""
+    match = _TRACEPARENT.fullmatch(value)
+    if match is None or value.startswith("ff") or set(match[1]) == {"0"} or set(match[2]) == {"0"}:
+        raise ArgumentInvalid(
+            f"{source} is not a W3C traceparent: {value!r}",
+            detail={"argument": source},
+            hint="pass version-traceid-parentid-flags in lowercase hex, for example "
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01, or leave it out",
+        )
+    return value
 
 
 @contextmanager

@@ -101,6 +101,107 @@ def test_an_enqueue_outside_any_span_stamps_nothing(database_url, exporter):
     assert _row(database_url, "p") == ("ready", None)
 
 
+def _traceparent_of(span) -> str:
+    context = span.get_span_context()
+    return f"00-{context.trace_id:032x}-{context.span_id:016x}-{int(context.trace_flags):02x}"
+
+
+def test_client_enqueue_stamps_the_current_span_unless_given_one(database_url, exporter):
+    tracer = trace.get_tracer("test")
+    given = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+    with durajobs.Client.connect(database_url) as client:
+        with tracer.start_as_current_span("request") as request:
+            client.enqueue("by-name", {}, "c1")
+            client.enqueue("by-name", {}, "c2", traceparent=given)
+            client.enqueue("by-name", {}, "c3", traceparent=None)
+        client.enqueue("by-name", {}, "c4")
+    assert _row(database_url, "c1") == ("ready", _traceparent_of(request))
+    assert _row(database_url, "c2") == ("ready", given)
+    assert _row(database_url, "c3") == ("ready", None)
+    assert _row(database_url, "c4") == ("ready", None)
+
+
+def test_client_enqueue_many_stamps_each_request_without_its_own(database_url, exporter):
+    tracer = trace.get_tracer("test")
+    given = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+    requests = [
+        {"name": "bulk", "input": {}, "idempotency_key": "m1"},
+        {"name": "bulk", "input": {}, "idempotency_key": "m2", "traceparent": given},
+    ]
+    with durajobs.Client.connect(database_url) as client:
+        with tracer.start_as_current_span("request") as request:
+            client.enqueue_many(requests)
+        client.enqueue_many([{"name": "bulk", "input": {}, "idempotency_key": "m3"}])
+    assert "traceparent" not in requests[0], "the caller's request is not changed"
+    assert _row(database_url, "m1") == ("ready", _traceparent_of(request))
+    assert _row(database_url, "m2") == ("ready", given)
+    assert _row(database_url, "m3") == ("ready", None)
+
+
+def _cli_enqueue(database_url, key, *flags, environment=None):
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "durajobs.cli",
+            "enqueue",
+            "cli",
+            "--input",
+            "{}",
+            "--key",
+            key,
+            *flags,
+        ],
+        capture_output=True,
+        text=True,
+        env={"PATH": "/usr/bin:/bin", "DATABASE_URL": database_url, **(environment or {})},
+        timeout=120,
+    )
+
+
+def test_the_command_line_stamps_its_flag_or_the_inherited_traceparent(database_url):
+    flag = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+    inherited = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+    done = _cli_enqueue(database_url, "t1", "--traceparent", flag)
+    assert done.returncode == 0, done.stderr
+    done = _cli_enqueue(database_url, "t2", environment={"TRACEPARENT": inherited})
+    assert done.returncode == 0, done.stderr
+    done = _cli_enqueue(
+        database_url, "t3", "--traceparent", flag, environment={"TRACEPARENT": inherited}
+    )
+    assert done.returncode == 0, done.stderr
+    done = _cli_enqueue(database_url, "t4")
+    assert done.returncode == 0, done.stderr
+    assert _row(database_url, "t1") == ("ready", flag)
+    assert _row(database_url, "t2") == ("ready", inherited)
+    assert _row(database_url, "t3") == ("ready", flag), "the flag wins over the environment"
+    assert _row(database_url, "t4") == ("ready", None)
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        "not-a-traceparent",
+        "00-4BF92F3577B34DA6A3CE929D0E0E4736-00F067AA0BA902B7-01",  # uppercase
+        "00-00000000000000000000000000000000-00f067aa0ba902b7-01",  # zero trace id
+        "00-4bf92f3577b34da6a3ce929d0e0e4736-0000000000000000-01",  # zero parent id
+        "ff-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",  # forbidden version
+    ],
+)
+def test_the_command_line_refuses_a_malformed_traceparent_and_stores_nothing(database_url, bad):
+    for flags, environment, source in (
+        (("--traceparent", bad), None, "--traceparent"),
+        ((), {"TRACEPARENT": bad}, "TRACEPARENT"),
+    ):
+        done = _cli_enqueue(database_url, "bad", *flags, environment=environment)
+        assert done.returncode == 1
+        assert "X_ARGUMENT_INVALID" in done.stderr
+        assert f"{source} is not a W3C traceparent" in done.stderr
+        assert "fix: pass version-traceid-parentid-flags" in done.stderr
+    with psycopg.connect(database_url, autocommit=True) as connection:
+        assert connection.execute("select count(*) from jobs.jobs").fetchone() == (0,)
+
+
 def test_without_opentelemetry_enqueue_and_run_work(database_url, tmp_path):
     """The optional dependency is hidden from a fresh interpreter: nothing breaks."""
     script = tmp_path / "no_otel.py"
