@@ -11,8 +11,8 @@
 -- now, about 9 us, with the formula still only in jobs._uuid_v7_many.
 -- jobs.queue_stats() (no queues named) lists a paused queue even when it holds nothing counted;
 -- before, a queue paused ahead of its jobs, or after they all finished, was not listed at all.
--- Otherwise the same arguments, answers, errors and locks. Schema version 10. Frozen: never edit after
--- release; a change ships as a new revision.
+-- Otherwise the same arguments, answers, errors and locks. Schema version 10. Frozen: never
+-- edit after release; a change ships as a new revision.
 
 -- jobs.version: the installed schema version; the Python package refuses an older one.
 -- Answers an integer. Raises nothing. Introduced in revision 0001; since then it answers the
