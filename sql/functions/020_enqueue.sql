@@ -546,7 +546,16 @@ begin
              end as answer
         from unnest(v_pending) r
         left join unnest(v_inserted) as ins(id) on ins.id = r.id
-        left join jobs.jobs by_id on r.id_supplied and ins.id is null and by_id.id = r.id
+        -- a probe of the primary key per request that needs one: as a plain join the planner
+        -- hashed a scan of the whole table, even on fresh statistics (since revision 0010)
+        left join lateral (
+          select b.id, b.run_id
+            from jobs.jobs b
+           where r.id_supplied
+             and ins.id is null
+             and b.id = r.id
+          offset 0
+        ) by_id on true
         -- the live holder, as jobs._find_live finds it, in the statement rather than a call
         -- per request (since revision 0009: the calls cost more than a batch's insert)
         left join lateral (
@@ -586,7 +595,14 @@ begin
   select r.ord, r.id, j.name, j.idempotency_key
     into v_duplicate
     from unnest(v_requests) r
-    join jobs.jobs j on r.id_supplied and j.id = r.id
+    -- by primary key, as above
+    cross join lateral (
+      select b.name, b.tenant_id, b.idempotency_key
+        from jobs.jobs b
+       where r.id_supplied
+         and b.id = r.id
+      offset 0
+    ) j
    where j.name <> r.name
       or coalesce(j.tenant_id, '') <> coalesce(r.tenant_id, '')
       or j.idempotency_key <> r.idempotency_key

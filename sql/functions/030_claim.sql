@@ -290,8 +290,15 @@ as $$
          c.max_attempts, c.claim, c.priority, c.run_at, c.created_at, c.lease_expires_at,
          c.last_error, c.traceparent, c.enqueued_by,
          -- a run past its first attempt always reads its history: a body whose lease lapsed
-         -- may have written a step after this statement's snapshot was taken
-         c.attempt > 1 or exists (select 1 from jobs.steps s where s.run_id = c.run_id)
+         -- may have written a step after this statement's snapshot was taken. The probe
+         -- walks the primary key's order, so no plan can hash every step instead (one was
+         -- chosen on statistics taken while the table was small; since revision 0010)
+         c.attempt > 1
+           or (select true
+                 from jobs.steps s
+                where s.run_id = c.run_id
+                order by s.run_id, s.name
+                limit 1) is not null
     from jobs.claim_v1(queues, worker_id, batch_size, visibility, drop_exhausted) c
 $$;
 
@@ -338,8 +345,14 @@ begin
     select c.id, c.run_id, c.name, c.queue, c.input, c.tenant_id, c.state, c.attempt,
            c.max_attempts, c.claim, c.priority, c.run_at, c.created_at, c.lease_expires_at,
            c.last_error, c.traceparent, c.enqueued_by,
-           -- as in jobs.claim_v2: a run past its first attempt always reads its history
-           c.attempt > 1 or exists (select 1 from jobs.steps s where s.run_id = c.run_id)
+           -- as in jobs.claim_v2: a run past its first attempt always reads its history, and
+           -- the probe walks the primary key
+           c.attempt > 1
+             or (select true
+                   from jobs.steps s
+                  where s.run_id = c.run_id
+                  order by s.run_id, s.name
+                  limit 1) is not null
       from jobs._claim('jobs.claim_v3', claim_v3.queues, claim_v3.worker_id,
                        claim_v3.batch_size, claim_v3.visibility, claim_v3.drop_exhausted,
                        claim_v3.recover_lapsed) c;

@@ -73,12 +73,15 @@ begin
                               outbox_stage.tenant_id, coalesce(outbox_stage.run_at, v_now),
                               outbox_stage.max_attempts, outbox_stage.priority);
 
-  -- silent while a committed row waits unclaimed: its relay is already on the way
-  if not exists (
-    select 1
-      from jobs.outbox o
-     where o.published_at is null
-       and o.claimed_by is null) then
+  -- silent while a committed row waits unclaimed: its relay is already on the way. In the
+  -- unpublished index's order, so the test reads waiting rows only: as an exists, the planner
+  -- scanned the table, published history first (since revision 0010)
+  if (select 1
+        from jobs.outbox o
+       where o.published_at is null
+         and o.claimed_by is null
+       order by o.staged_at, o.seq
+       limit 1) is null then
     perform pg_notify('jobs_outbox_wake', '');
   end if;
 

@@ -202,9 +202,12 @@ begin
                         jsonb_build_object('id', remove.id, 'state', v_job.state));
   end if;
   delete from jobs.jobs j where j.id = remove.id;
-  delete from jobs.steps s
-   where s.run_id = v_job.run_id
-     and not exists (select 1 from jobs.jobs j where j.run_id = v_job.run_id);
+  -- no index leads with run_id, so asking whether another row shares the run reads the table:
+  -- asked only when the run has steps to delete (since revision 0010; before, on every call)
+  if exists (select 1 from jobs.steps s where s.run_id = v_job.run_id)
+     and not exists (select 1 from jobs.jobs j where j.run_id = v_job.run_id) then
+    delete from jobs.steps s where s.run_id = v_job.run_id;
+  end if;
   return true;
 end;
 $$;
@@ -391,9 +394,12 @@ begin
     into v_affected, v_runs
     from removed r;
 
-  delete from jobs.steps s
-   where s.run_id = any(v_runs)
-     and not exists (select 1 from jobs.jobs j where j.run_id = s.run_id);
+  -- as in jobs.remove: the table is read for the runs' other rows only when a run has steps
+  if exists (select 1 from jobs.steps s where s.run_id = any(v_runs)) then
+    delete from jobs.steps s
+     where s.run_id = any(v_runs)
+       and not exists (select 1 from jobs.jobs j where j.run_id = s.run_id);
+  end if;
 
   select count(*)
     into v_remaining

@@ -1,7 +1,7 @@
 -- 000_schema: the jobs schema, its tables, constraints and indexes.
 begin;
 \ir fixtures/factory.sql
-select plan(38);
+select plan(40);
 
 set local durajobs.now = '2026-01-01 00:00:00+00';
 
@@ -132,12 +132,23 @@ select types_are('jobs', array['enqueue_result', '_enqueue_request', 'claimed_jo
                  'schema jobs declares the answer types');
 select has_composite('jobs', 'enqueue_result', 'jobs.enqueue_result exists');
 
--- the hot table is vacuumed early: two dead tuples a job, no HOT update possible
-select is((select reloptions from pg_class where oid = 'jobs.jobs'::regclass),
-          array['autovacuum_vacuum_threshold=1000', 'autovacuum_vacuum_scale_factor=0.02',
-                'autovacuum_vacuum_insert_scale_factor=0.02',
-                'autovacuum_analyze_scale_factor=0.05', 'autovacuum_vacuum_cost_delay=0'],
+-- the hot table is vacuumed early: two dead tuples a job, no HOT update possible; and it is
+-- analyzed after a fixed count of changes, like the steps and the outbox (since revision 0010)
+-- (compared as sets: `alter table ... set` moves a changed option to the end)
+select is((select array_agg(o order by o)
+             from pg_class c, unnest(c.reloptions) o where c.oid = 'jobs.jobs'::regclass),
+          array['autovacuum_analyze_scale_factor=0', 'autovacuum_analyze_threshold=2000',
+                'autovacuum_vacuum_cost_delay=0', 'autovacuum_vacuum_insert_scale_factor=0.02',
+                'autovacuum_vacuum_scale_factor=0.02', 'autovacuum_vacuum_threshold=1000'],
           'jobs.jobs carries its autovacuum settings');
+select is((select array_agg(o order by o)
+             from pg_class c, unnest(c.reloptions) o where c.oid = 'jobs.steps'::regclass),
+          array['autovacuum_analyze_scale_factor=0', 'autovacuum_analyze_threshold=2000'],
+          'jobs.steps is analyzed after 2,000 changes');
+select is((select array_agg(o order by o)
+             from pg_class c, unnest(c.reloptions) o where c.oid = 'jobs.outbox'::regclass),
+          array['autovacuum_analyze_scale_factor=0', 'autovacuum_analyze_threshold=2000'],
+          'jobs.outbox is analyzed after 2,000 changes');
 
 select * from finish();
 rollback;

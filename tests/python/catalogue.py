@@ -38,7 +38,8 @@ QUERIES = {
          order by 1, 4""",
     "error_codes": "select code, sqlstate, fix from jobs.error_codes order by 1",
     "storage": """
-        select c.relname, c.reloptions
+        -- as a set: `alter table ... set` moves a changed option to the end of the array
+        select c.relname, (select array_agg(o order by o) from unnest(c.reloptions) o)
           from pg_class c
          where c.relnamespace = 'jobs'::regnamespace and c.relkind = 'r'
            and c.relname <> 'alembic_version'

@@ -1,7 +1,10 @@
 -- Revision 0010 down: put back the jobs._uuid_v7 of revision 0007 (a SQL function), the
--- jobs._announce of revision 0006 (its slot tests free to take any index) and the
--- jobs.queue_stats of revision 0008 (a paused queue listed only when it holds a counted job), and
--- go back to schema version 9.
+-- jobs._announce of revision 0006 (its slot tests free to take any index), the
+-- jobs.queue_stats of revision 0008 (a paused queue listed only when it holds a counted job), the
+-- jobs.enqueue_many of revision 0009, the jobs.claim_v2 of revision 0006, the jobs.claim_v3 of
+-- revision 0007, the jobs.outbox_stage of revision 0002, the jobs.remove of revision 0005, the
+-- jobs.remove_many of revision 0008, and the analyze settings of revision 0006, and go back to schema
+-- version 9.
 
 create or replace function jobs.version()
 returns integer
@@ -115,3 +118,508 @@ begin
      order by w.queue;
 end;
 $$;
+
+-- jobs.enqueue_many, as in 0009_upgrade.sql
+create or replace function jobs.enqueue_many(requests jsonb, on_conflict text default 'dedupe')
+returns setof jobs.enqueue_result
+language plpgsql
+volatile
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+  v_now timestamptz := jobs._now();
+  v_requests jobs._enqueue_request[];
+  v_pending jobs._enqueue_request[];
+  -- the answers so far, as parallel arrays (request ordinal, id, run_id, deduped)
+  v_answered integer[] := '{}';
+  v_answer_ids uuid[] := '{}';
+  v_answer_run_ids uuid[] := '{}';
+  v_answer_deduped boolean[] := '{}';
+  v_inserted uuid[];
+  v_request jobs._enqueue_request;
+  v_bad_key text;
+  v_bad_ord integer;
+  v_new_ids uuid[];
+  v_duplicate record;
+  v_queue text;
+begin
+  perform jobs._check_on_conflict('jobs.enqueue_many', enqueue_many.on_conflict);
+  if requests is null or jsonb_typeof(requests) <> 'array' then
+    perform jobs._invalid('jobs.enqueue_many', 'requests', 'must be a JSON array of job objects');
+  end if;
+  perform jobs._check_request_shapes(requests);
+
+  v_new_ids := jobs._uuid_v7_many(jsonb_array_length(requests));
+  begin
+  -- one typed pass over the array (jsonb_to_recordset): a field lookup and a cast per field
+  -- and request cost more than the insert
+  select coalesce(array_agg(parsed.r order by (parsed.r).ord), '{}')
+    into v_requests
+    from (
+      select (x.ord::integer,
+              coalesce(x.id, v_new_ids[x.ord]),
+              x.id is not null,
+              x.name,
+              coalesce(x.queue, 'default'),
+              -- a JSON null input stays jsonb 'null' (the recordset makes it SQL NULL), so the
+              -- refusal says "got null" as it always did
+              coalesce(x.input,
+                       case when requests -> (x.ord::integer - 1) ? 'input' then 'null'::jsonb end),
+              x.idempotency_key,
+              x.tenant_id,
+              coalesce(x.run_id, gen_random_uuid()),
+              coalesce(x.run_at, v_now),
+              coalesce(x.max_attempts, 20),
+              coalesce(x.priority, 0),
+              x.traceparent,
+              x.enqueued_by)::jobs._enqueue_request as r
+        from rows from (
+               jsonb_to_recordset(requests) as (
+                 id uuid, name text, queue text, input jsonb, idempotency_key text,
+                 tenant_id text, run_id uuid, run_at timestamptz, max_attempts integer,
+                 priority integer, traceparent text, enqueued_by text)
+             ) with ordinality as x(id, name, queue, input, idempotency_key, tenant_id, run_id,
+                                    run_at, max_attempts, priority, traceparent, enqueued_by,
+                                    ord)
+    ) parsed;
+  exception
+    when invalid_text_representation or invalid_datetime_format or datetime_field_overflow
+         or numeric_value_out_of_range or invalid_parameter_value then
+      perform jobs._invalid('jobs.enqueue_many', 'requests',
+                            'holds a value of the wrong type: ' || sqlerrm);
+  end;
+
+  select format('requests[%s].id', later.ord)
+    into v_bad_key
+    from unnest(v_requests) later
+    join unnest(v_requests) earlier
+      on earlier.id = later.id and earlier.ord < later.ord and later.id_supplied
+   order by later.ord
+   limit 1;
+  if v_bad_key is not null then
+    perform jobs._invalid('jobs.enqueue_many', v_bad_key, 'repeats the id of an earlier request');
+  end if;
+
+  -- one pass finds the first request that jobs._check_enqueue would refuse (the same tests, kept
+  -- in step with it); only that request is checked by it, which raises the error naming it. A
+  -- call per request cost more than the request's insert.
+  select r.ord
+    into v_bad_ord
+    from unnest(v_requests) r
+   where r.name is null or btrim(r.name) = ''
+      or r.input is null or jsonb_typeof(r.input) <> 'object'
+      or r.idempotency_key is null or btrim(r.idempotency_key) = ''
+      or r.queue is null or btrim(r.queue) = ''
+      or r.tenant_id = ''
+      or not isfinite(r.run_at)
+      or r.max_attempts is null or r.max_attempts < 1
+      or r.priority is null
+   order by r.ord
+   limit 1;
+  if v_bad_ord is not null then
+    v_request := v_requests[v_bad_ord];
+    perform jobs._check_enqueue('jobs.enqueue_many', format('requests[%s].', v_request.ord),
+                                v_request.name, v_request.input, v_request.idempotency_key,
+                                v_request.queue, v_request.tenant_id, v_request.run_at,
+                                v_request.max_attempts, v_request.priority);
+  end if;
+
+  v_pending := v_requests;
+  -- two passes at most, as in jobs.enqueue: a live holder may finish between conflict and lookup
+  for v_try in 1..2 loop
+    with inserted as (
+      insert into jobs.jobs as j (
+        id, name, queue, input, idempotency_key, tenant_id, run_id, state, priority,
+        max_attempts, run_at, created_at, updated_at, traceparent, enqueued_by)
+      select r.id, r.name, r.queue, r.input, r.idempotency_key, r.tenant_id, r.run_id,
+             case when r.run_at > v_now then 'delayed' else 'ready' end, r.priority,
+             r.max_attempts, r.run_at, v_now, v_now, r.traceparent, r.enqueued_by
+        from unnest(v_pending) r
+       order by r.ord
+      on conflict do nothing
+      returning j.id
+    )
+    select coalesce(array_agg(inserted.id), '{}')
+      into v_inserted
+      from inserted;
+
+    -- every request made its own row (the usual batch): nothing was deduped, so no id was
+    -- taken and no key held, and each request answers its row
+    if v_try = 1 and cardinality(v_inserted) = cardinality(v_requests) then
+      for v_queue in
+        select distinct r.queue
+          from unnest(v_requests) r
+         where r.run_at <= v_now + interval '1 second'
+      loop
+        perform jobs._announce(v_queue, v_now);
+      end loop;
+      return query
+        select r.id, r.run_id, false
+          from unnest(v_requests) r
+         order by r.ord;
+      return;
+    end if;
+
+    -- a new statement, so the lookups see this batch's rows: a key repeated in the batch
+    -- dedupes to its first occurrence
+    with answered as (
+      select r.ord,
+             case
+               when ins.id is not null then (r.id, r.run_id, false)::jobs.enqueue_result
+               when by_id.id is not null then (by_id.id, by_id.run_id, true)::jobs.enqueue_result
+               when live.id is not null then (live.id, live.run_id, true)::jobs.enqueue_result
+             end as answer
+        from unnest(v_pending) r
+        left join unnest(v_inserted) as ins(id) on ins.id = r.id
+        left join jobs.jobs by_id on r.id_supplied and ins.id is null and by_id.id = r.id
+        -- the live holder, as jobs._find_live finds it, in the statement rather than a call
+        -- per request (since revision 0009: the calls cost more than a batch's insert)
+        left join lateral (
+          select j.id, j.run_id
+            from jobs.jobs j
+           where ins.id is null
+             and by_id.id is null
+             and j.name = r.name
+             and coalesce(j.tenant_id, '') = coalesce(r.tenant_id, '')
+             and j.idempotency_key = r.idempotency_key
+             and j.state in ('ready', 'delayed', 'running', 'suspended')
+           limit 1
+        ) live on true
+    ),
+    found_answers as (
+      select a.ord, (a.answer).id, (a.answer).run_id, (a.answer).deduped
+        from answered a
+       where (a.answer).id is not null
+    )
+    select v_answered || coalesce(array_agg(f.ord order by f.ord), '{}'),
+           v_answer_ids || coalesce(array_agg(f.id order by f.ord), '{}'),
+           v_answer_run_ids || coalesce(array_agg(f.run_id order by f.ord), '{}'),
+           v_answer_deduped || coalesce(array_agg(f.deduped order by f.ord), '{}')
+      into v_answered, v_answer_ids, v_answer_run_ids, v_answer_deduped
+      from found_answers f;
+
+    select coalesce(array_agg((r.*)::jobs._enqueue_request order by r.ord), '{}')
+      into v_pending
+      from unnest(v_pending) r
+      left join unnest(v_answered) as done(ord) on done.ord = r.ord
+     where done.ord is null;
+    exit when cardinality(v_pending) = 0;
+  end loop;
+
+  -- after the inserts, so an id another transaction took meanwhile is caught too: a supplied
+  -- id answers only the same job (name, tenant, key), never a stranger
+  select r.ord, r.id, j.name, j.idempotency_key
+    into v_duplicate
+    from unnest(v_requests) r
+    join jobs.jobs j on r.id_supplied and j.id = r.id
+   where j.name <> r.name
+      or coalesce(j.tenant_id, '') <> coalesce(r.tenant_id, '')
+      or j.idempotency_key <> r.idempotency_key
+   order by r.ord
+   limit 1;
+  if found then
+    perform jobs._raise(
+      'X_JOB_DUPLICATE',
+      format('requests[%s]: id %s already names job %s with idempotency key %s; an id is never '
+             'reused', v_duplicate.ord, v_duplicate.id, v_duplicate.name,
+             v_duplicate.idempotency_key),
+      jsonb_build_object('reason', 'id_taken', 'existing_id', v_duplicate.id,
+                         'request', v_duplicate.ord),
+      'pass a fresh id, or none and one is made');
+  end if;
+
+  if cardinality(v_pending) > 0 then
+    perform jobs._raise(
+      'X_DRIVER_UNAVAILABLE',
+      format('enqueue of %s was rejected but no live row holds its idempotency key',
+             v_pending[1].name),
+      jsonb_build_object('job', v_pending[1].name, 'idempotency_key', v_pending[1].idempotency_key));
+  end if;
+
+  if enqueue_many.on_conflict = 'error' then
+    select r.ord, r.name, r.idempotency_key, r.tenant_id, a.id, r.id_supplied,
+           earlier.ord as earlier_ord
+      into v_duplicate
+      from unnest(v_answered, v_answer_ids, v_answer_deduped) as a(ord, id, deduped)
+      join unnest(v_requests) r on r.ord = a.ord
+      left join unnest(v_requests) earlier on earlier.id = a.id and earlier.ord < r.ord
+     where a.deduped
+     order by r.ord
+     limit 1;
+    if found and v_duplicate.earlier_ord is not null then
+      -- the holder is a row of this very batch, rolled back with it: name the request instead
+      perform jobs._raise(
+        'X_JOB_DUPLICATE',
+        format('requests[%s]: job %s repeats the idempotency key %s of requests[%s]',
+               v_duplicate.ord, v_duplicate.name, v_duplicate.idempotency_key,
+               v_duplicate.earlier_ord),
+        jsonb_build_object('reason', 'key_repeated', 'job', v_duplicate.name,
+                           'idempotency_key', v_duplicate.idempotency_key,
+                           'request', v_duplicate.ord, 'earlier_request', v_duplicate.earlier_ord));
+    elsif found then
+      perform jobs._raise(
+        'X_JOB_DUPLICATE',
+        format('requests[%s]: job %s with idempotency key %s is already held by job %s',
+               v_duplicate.ord, v_duplicate.name, v_duplicate.idempotency_key,
+               v_duplicate.id),
+        jsonb_build_object('reason', case when v_duplicate.id_supplied
+                                          and v_duplicate.id = (v_requests[v_duplicate.ord]).id
+                                          then 'id_exists' else 'key_held' end,
+                           'job', v_duplicate.name, 'idempotency_key', v_duplicate.idempotency_key,
+                           'tenant_id', v_duplicate.tenant_id,
+                           'existing_id', v_duplicate.id, 'request', v_duplicate.ord));
+    end if;
+  end if;
+
+  -- one wake per queue that received a row due now
+  for v_queue in
+    select distinct r.queue
+      from unnest(v_answered, v_answer_deduped) as a(ord, deduped)
+      join unnest(v_requests) r on r.ord = a.ord
+     where not a.deduped
+       and r.run_at <= v_now + interval '1 second'
+  loop
+    perform jobs._announce(v_queue, v_now);
+  end loop;
+
+  return query
+    select a.id, a.run_id, a.deduped
+      from unnest(v_answered, v_answer_ids, v_answer_run_ids, v_answer_deduped)
+             as a(ord, id, run_id, deduped)
+     order by a.ord;
+end;
+$$;
+
+-- jobs.claim_v2, as in 0006_upgrade.sql
+create or replace function jobs.claim_v2(
+  queues text[],
+  worker_id text,
+  batch_size integer default 1,
+  visibility interval default interval '30 seconds',
+  drop_exhausted text[] default '{}'
+)
+returns table (
+  id uuid,
+  run_id uuid,
+  name text,
+  queue text,
+  input jsonb,
+  tenant_id text,
+  state text,
+  attempt integer,
+  max_attempts integer,
+  claim bigint,
+  priority integer,
+  run_at timestamptz,
+  created_at timestamptz,
+  lease_expires_at timestamptz,
+  last_error text,
+  traceparent text,
+  enqueued_by text,
+  has_steps boolean
+)
+language sql
+volatile
+set search_path = pg_catalog, pg_temp
+as $$
+  select c.id, c.run_id, c.name, c.queue, c.input, c.tenant_id, c.state, c.attempt,
+         c.max_attempts, c.claim, c.priority, c.run_at, c.created_at, c.lease_expires_at,
+         c.last_error, c.traceparent, c.enqueued_by,
+         -- a run past its first attempt always reads its history: a body whose lease lapsed
+         -- may have written a step after this statement's snapshot was taken
+         c.attempt > 1 or exists (select 1 from jobs.steps s where s.run_id = c.run_id)
+    from jobs.claim_v1(queues, worker_id, batch_size, visibility, drop_exhausted) c
+$$;
+
+-- jobs.claim_v3, as in 0007_upgrade.sql
+create or replace function jobs.claim_v3(
+  queues text[],
+  worker_id text,
+  batch_size integer default 1,
+  visibility interval default interval '30 seconds',
+  drop_exhausted text[] default '{}',
+  recover_lapsed boolean default true
+)
+returns table (
+  id uuid,
+  run_id uuid,
+  name text,
+  queue text,
+  input jsonb,
+  tenant_id text,
+  state text,
+  attempt integer,
+  max_attempts integer,
+  claim bigint,
+  priority integer,
+  run_at timestamptz,
+  created_at timestamptz,
+  lease_expires_at timestamptz,
+  last_error text,
+  traceparent text,
+  enqueued_by text,
+  has_steps boolean
+)
+language plpgsql
+volatile
+set search_path = pg_catalog, pg_temp
+as $$
+begin
+  return query
+    select c.id, c.run_id, c.name, c.queue, c.input, c.tenant_id, c.state, c.attempt,
+           c.max_attempts, c.claim, c.priority, c.run_at, c.created_at, c.lease_expires_at,
+           c.last_error, c.traceparent, c.enqueued_by,
+           -- as in jobs.claim_v2: a run past its first attempt always reads its history
+           c.attempt > 1 or exists (select 1 from jobs.steps s where s.run_id = c.run_id)
+      from jobs._claim('jobs.claim_v3', claim_v3.queues, claim_v3.worker_id,
+                       claim_v3.batch_size, claim_v3.visibility, claim_v3.drop_exhausted,
+                       claim_v3.recover_lapsed) c;
+end;
+$$;
+
+-- jobs.outbox_stage, as in 0002_upgrade.sql
+create or replace function jobs.outbox_stage(
+  name text,
+  input jsonb,
+  idempotency_key text,
+  queue text default 'default',
+  tenant_id text default null,
+  run_at timestamptz default null,
+  max_attempts integer default 20,
+  priority integer default 0,
+  run_id uuid default null,
+  traceparent text default null,
+  enqueued_by text default null
+)
+returns jobs.enqueue_result
+language plpgsql
+volatile
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+  v_now timestamptz := jobs._now();
+  v_id uuid := jobs._uuid_v7();
+  v_run_id uuid := coalesce(outbox_stage.run_id, gen_random_uuid());
+begin
+  perform jobs._check_enqueue('jobs.outbox_stage', '', outbox_stage.name, outbox_stage.input,
+                              outbox_stage.idempotency_key, outbox_stage.queue,
+                              outbox_stage.tenant_id, coalesce(outbox_stage.run_at, v_now),
+                              outbox_stage.max_attempts, outbox_stage.priority);
+
+  -- silent while a committed row waits unclaimed: its relay is already on the way
+  if not exists (
+    select 1
+      from jobs.outbox o
+     where o.published_at is null
+       and o.claimed_by is null) then
+    perform pg_notify('jobs_outbox_wake', '');
+  end if;
+
+  insert into jobs.outbox as o (id, run_id, staged_at, request)
+  values (
+    v_id, v_run_id, v_now,
+    -- absent options drop out; the input is kept exactly, nulls inside it included
+    jsonb_strip_nulls(jsonb_build_object(
+      'name', outbox_stage.name,
+      'idempotency_key', outbox_stage.idempotency_key,
+      'queue', outbox_stage.queue,
+      'tenant_id', outbox_stage.tenant_id,
+      'run_at', outbox_stage.run_at,
+      'max_attempts', outbox_stage.max_attempts,
+      'priority', outbox_stage.priority,
+      'traceparent', outbox_stage.traceparent,
+      'enqueued_by', outbox_stage.enqueued_by))
+      || jsonb_build_object('input', outbox_stage.input));
+  return (v_id, v_run_id, false)::jobs.enqueue_result;
+end;
+$$;
+
+-- jobs.remove, as in 0005_upgrade.sql
+create or replace function jobs.remove(id uuid)
+returns boolean
+language plpgsql
+volatile
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+  v_job record;
+begin
+  select j.state, j.run_id into v_job from jobs.jobs j where j.id = remove.id for update;
+  if not found then
+    perform jobs._raise('X_JOB_NOT_FOUND', format('no job has id %s', remove.id),
+                        jsonb_build_object('id', remove.id));
+  end if;
+  if v_job.state = 'running' then
+    perform jobs._raise('X_JOB_NOT_REMOVABLE',
+                        format('job %s is running; cancel it first', remove.id),
+                        jsonb_build_object('id', remove.id, 'state', v_job.state));
+  end if;
+  delete from jobs.jobs j where j.id = remove.id;
+  delete from jobs.steps s
+   where s.run_id = v_job.run_id
+     and not exists (select 1 from jobs.jobs j where j.run_id = v_job.run_id);
+  return true;
+end;
+$$;
+
+-- jobs.remove_many, as in 0008_upgrade.sql
+create or replace function jobs.remove_many(
+  state text,
+  queue text default null,
+  name text default null,
+  tenant_id text default null
+)
+returns jobs.bulk_result
+language plpgsql
+volatile
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+  v_affected integer;
+  v_remaining bigint;
+  v_runs uuid[];
+begin
+  perform jobs._bulk_check('jobs.remove_many', remove_many.state,
+                           array['ready', 'delayed', 'suspended', 'done', 'failed', 'dead',
+                                 'cancelled']);
+  with batch as materialized (
+    -- in no particular order: every row of the state goes, and since revision 0008 no index
+    -- orders the table by age (a sort of the whole state came before the first row locked)
+    select j.id
+      from jobs.jobs j
+     where j.state = remove_many.state
+       and (remove_many.queue is null or j.queue = remove_many.queue)
+       and (remove_many.name is null or j.name = remove_many.name)
+       and (remove_many.tenant_id is null or j.tenant_id = remove_many.tenant_id)
+     limit 1000
+       for update skip locked
+  ),
+  removed as (
+    delete from jobs.jobs j
+     using batch b
+     where j.id = b.id
+    returning j.run_id
+  )
+  select count(*), coalesce(array_agg(distinct r.run_id), '{}')
+    into v_affected, v_runs
+    from removed r;
+
+  delete from jobs.steps s
+   where s.run_id = any(v_runs)
+     and not exists (select 1 from jobs.jobs j where j.run_id = s.run_id);
+
+  select count(*)
+    into v_remaining
+    from jobs.jobs j
+   where j.state = remove_many.state
+     and (remove_many.queue is null or j.queue = remove_many.queue)
+     and (remove_many.name is null or j.name = remove_many.name)
+     and (remove_many.tenant_id is null or j.tenant_id = remove_many.tenant_id);
+  return (v_affected, v_remaining)::jobs.bulk_result;
+end;
+$$;
+
+alter table jobs.jobs set (autovacuum_analyze_scale_factor = 0.05);
+alter table jobs.jobs reset (autovacuum_analyze_threshold);
+alter table jobs.steps reset (autovacuum_analyze_threshold, autovacuum_analyze_scale_factor);
+alter table jobs.outbox reset (autovacuum_analyze_threshold, autovacuum_analyze_scale_factor);
