@@ -3,7 +3,7 @@
 -- running + due - running rows held by a live draining worker, paused queues left out.
 begin;
 \ir fixtures/factory.sql
-select plan(38);
+select plan(39);
 
 set local durajobs.now = '2026-01-01 00:00:00+00';
 
@@ -227,6 +227,15 @@ select results_eq(
            ('qd-future', 0::bigint, 0::bigint, 0::bigint, 0::bigint)$$,
   'queue_depth() answers every queue with live work by queue, the paused one and the one with '
     || 'only finished rows left out, a not-yet-due delayed row not counted');
+-- the clock is read once a call, not once a row (since revision 0010)
+set local track_functions = 'all';
+select coalesce(pg_stat_get_xact_function_calls('jobs._now()'::regprocedure), 0) as now_calls
+  \gset
+select count(*) from jobs.queue_depth() \g /dev/null
+select cmp_ok(coalesce(pg_stat_get_xact_function_calls('jobs._now()'::regprocedure), 0)
+                - :now_calls,
+              '<=', 2::bigint, 'queue_depth reads the clock once a call, not once per live row');
+
 select results_eq(
   $$select queue from jobs.queue_depth(queues => array['qd-b', 'qd-none'])$$,
   $$values ('qd-b')$$,

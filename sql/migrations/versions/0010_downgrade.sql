@@ -3,8 +3,8 @@
 -- jobs.queue_stats of revision 0008 (a paused queue listed only when it holds a counted job), the
 -- jobs.enqueue_many of revision 0009, the jobs.claim_v2 of revision 0006, the jobs.claim_v3 of
 -- revision 0007, the jobs.outbox_stage of revision 0002, the jobs.remove of revision 0005, the
--- jobs.remove_many of revision 0008, and the analyze settings of revision 0006, and go back to schema
--- version 9.
+-- jobs.remove_many of revision 0008, the jobs.queue_depth of revision 0006, and the analyze
+-- settings of revision 0006, and go back to schema version 9.
 
 create or replace function jobs.version()
 returns integer
@@ -617,6 +617,41 @@ begin
      and (remove_many.tenant_id is null or j.tenant_id = remove_many.tenant_id);
   return (v_affected, v_remaining)::jobs.bulk_result;
 end;
+$$;
+
+-- jobs.queue_depth, as in 0006_upgrade.sql
+create or replace function jobs.queue_depth(queues text[] default null)
+returns setof jobs.queue_depth_row
+language sql
+stable
+set search_path = pg_catalog, pg_temp
+as $$
+  with live as (
+    select j.queue,
+           j.state,
+           j.run_at,
+           j.state = 'running'
+           and exists (select 1
+                         from jobs.workers w
+                        where w.id = j.claimed_by
+                          and w.draining_at is not null
+                          and w.expires_at > jobs._now()) as held_by_draining
+      from jobs.jobs j
+     where j.state in ('ready', 'delayed', 'suspended', 'running')
+       and (queue_depth.queues is null or j.queue = any(queue_depth.queues))
+       and not exists (select 1 from jobs.queue_pauses p where p.queue = j.queue)
+  ),
+  counted as (
+    select l.queue,
+           count(*) filter (where l.state = 'running') as running,
+           count(*) filter (where l.state <> 'running' and l.run_at <= jobs._now()) as due,
+           count(*) filter (where l.state = 'running' and l.held_by_draining) as draining_held
+      from live l
+     group by l.queue
+  )
+  select c.queue, c.running, c.due, c.draining_held, c.running + c.due - c.draining_held
+    from counted c
+   order by c.queue
 $$;
 
 alter table jobs.jobs set (autovacuum_analyze_scale_factor = 0.05);

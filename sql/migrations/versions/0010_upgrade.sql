@@ -24,6 +24,8 @@
 --   jobs.steps was small; the probe walks the steps' primary key now.
 -- - jobs.remove and jobs.remove_many read the whole table on every call to find other rows of
 --   a run (no index leads with run_id); they ask only when the run has steps.
+-- - jobs.queue_depth read the clock (jobs._now(), which cannot be inlined) once per live row,
+--   four fifths of its time at 22,000 live rows; it reads it once a call.
 -- - jobs.jobs, jobs.steps and jobs.outbox are analyzed after 2,000 changed rows, whatever their
 --   size (jobs.jobs: after 5 % before). A sample with no live row in it made every by-id write
 --   (ack_v1, nack_v1, heartbeat_v1, progress_v1, cancel, promote, the outbox's mark and release)
@@ -772,6 +774,54 @@ begin
      and (remove_many.tenant_id is null or j.tenant_id = remove_many.tenant_id);
   return (v_affected, v_remaining)::jobs.bulk_result;
 end;
+$$;
+
+-- >>> sql/functions/170_inspect.sql: queue_depth
+
+-- jobs.queue_depth: the number an autoscaler scales workers on, per queue: the jobs running
+-- plus the jobs due now (ready, delayed or suspended with run_at <= now), minus the running jobs
+-- that draining workers hold (they come back as due work once handed back, and are not new
+-- demand). A paused queue is left out: more workers would not drain it.
+-- Arguments: queues (NULL: every queue holding live work). Answers one jobs.queue_depth_row per
+-- queue with live work, ordered by queue. Locks nothing. Introduced in revision 0006; since
+-- revision 0010 it reads the clock once a call, not once a row (four fifths of its time at
+-- 22,000 live rows).
+create or replace function jobs.queue_depth(queues text[] default null)
+returns setof jobs.queue_depth_row
+language sql
+stable
+set search_path = pg_catalog, pg_temp
+as $$
+  with clock as materialized (
+    select jobs._now() as now
+  ),
+  live as (
+    select j.queue,
+           j.state,
+           j.run_at,
+           j.state = 'running'
+           and exists (select 1
+                         from jobs.workers w
+                        where w.id = j.claimed_by
+                          and w.draining_at is not null
+                          and w.expires_at > (select c.now from clock c)) as held_by_draining
+      from jobs.jobs j
+     where j.state in ('ready', 'delayed', 'suspended', 'running')
+       and (queue_depth.queues is null or j.queue = any(queue_depth.queues))
+       and not exists (select 1 from jobs.queue_pauses p where p.queue = j.queue)
+  ),
+  counted as (
+    select l.queue,
+           count(*) filter (where l.state = 'running') as running,
+           count(*) filter (where l.state <> 'running'
+                                 and l.run_at <= (select c.now from clock c)) as due,
+           count(*) filter (where l.state = 'running' and l.held_by_draining) as draining_held
+      from live l
+     group by l.queue
+  )
+  select c.queue, c.running, c.due, c.draining_held, c.running + c.due - c.draining_held
+    from counted c
+   order by c.queue
 $$;
 
 -- >>> sql/functions/180_storage.sql: statistics after 2,000 changes
