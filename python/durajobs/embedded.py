@@ -20,6 +20,14 @@ class EmbeddedUnavailable(DurajobsError):
     fix = "pip install 'durajobs[embedded]', or set DATABASE_URL to a Postgres you run"
 
 
+# initdb refuses root, so pgserver run as root first makes a system user "pgserver" with useradd,
+# which lives in /usr/sbin: a root shell whose PATH leaves that out cannot start the server.
+_MISSING_TOOL_FIX = (
+    "put /usr/sbin and /sbin on PATH (as root, pgserver creates its system user with useradd), "
+    "or set DATABASE_URL to a Postgres you run"
+)
+
+
 @contextmanager
 def embedded_postgres() -> Iterator[str]:
     """Start a throwaway Postgres in a temporary folder; answer its URL; remove it after."""
@@ -33,7 +41,13 @@ def embedded_postgres() -> Iterator[str]:
     with tempfile.TemporaryDirectory(prefix="durajobs-embedded-") as folder:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            server = pgserver.get_server(folder, cleanup_mode="stop")  # type: ignore[attr-defined]
+            try:
+                server = pgserver.get_server(folder, cleanup_mode="stop")  # type: ignore[attr-defined]
+            except FileNotFoundError as missing:
+                raise EmbeddedUnavailable(
+                    f"the embedded Postgres could not start: {missing.filename} is not on PATH",
+                    hint=_MISSING_TOOL_FIX,
+                ) from missing
         try:
             yield str(server.get_uri())
         finally:

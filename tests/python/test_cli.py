@@ -5,12 +5,19 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import warnings
 
 import psycopg
+import pytest
+
+from durajobs.embedded import EmbeddedUnavailable, embedded_postgres
+
+# a root login's PATH: pgserver, run as root on a machine it has not seen, calls useradd
+_ROOT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 
 def _durajobs(*args, env_url=None):
-    environment = {"PATH": "/usr/bin:/bin"}
+    environment = {"PATH": _ROOT_PATH}
     if env_url:
         environment["DATABASE_URL"] = env_url
     return subprocess.run(
@@ -117,3 +124,21 @@ def test_the_demo_runs_on_an_embedded_postgres_without_a_database_url():
     assert done.returncode == 0, done.stderr
     assert "embedded Postgres" in done.stdout
     assert "summary:" in done.stdout
+
+
+def test_the_embedded_postgres_names_a_tool_missing_from_path(monkeypatch):
+    # pgserver run as root adds its system user with useradd; with /usr/sbin off PATH that is a
+    # FileNotFoundError deep in subprocess, which must reach the user as a code and a fix
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # platformdirs: XDG_RUNTIME_DIR unset in root shells
+        import pgserver
+
+    def useradd_not_on_path(*args, **kwargs):
+        raise FileNotFoundError(2, "No such file or directory", "useradd")
+
+    monkeypatch.setattr(pgserver, "get_server", useradd_not_on_path)
+    with pytest.raises(EmbeddedUnavailable) as refused, embedded_postgres():
+        pass
+    assert str(refused.value).startswith("X_EMBEDDED_UNAVAILABLE: ")
+    assert "useradd is not on PATH" in str(refused.value)
+    assert "/usr/sbin" in refused.value.hint
