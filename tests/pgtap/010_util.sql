@@ -39,10 +39,17 @@ select ok(
   from unnest(jobs._uuid_v7_many(100)) u;
 select is(count(distinct u), 500::bigint, '_uuid_v7_many answers distinct ids')
   from unnest(jobs._uuid_v7_many(500)) u;
-select cmp_ok(
-  substr(replace((jobs._uuid_v7_many(1))[1]::text, '-', ''), 1, 12), '>=',
-  substr(replace(jobs._uuid_v7()::text, '-', ''), 1, 12),
-  '_uuid_v7_many stamps the current millisecond, as _uuid_v7 does');
+-- bracketed by clock reads in statements of their own: two calls in one expression may run in
+-- either order, and a millisecond that turns between them failed the older form of this test
+create temp table v7_clock (step integer primary key, unix_ms bigint not null);
+insert into v7_clock values (1, floor(extract(epoch from clock_timestamp()) * 1000)::bigint);
+insert into v7_clock
+  select 2, ('x' || substr(replace((jobs._uuid_v7_many(1))[1]::text, '-', ''), 1, 12))::bit(48)::bigint;
+insert into v7_clock values (3, floor(extract(epoch from clock_timestamp()) * 1000)::bigint);
+select ok(
+  (select unix_ms from v7_clock where step = 1) <= (select unix_ms from v7_clock where step = 2)
+  and (select unix_ms from v7_clock where step = 2) <= (select unix_ms from v7_clock where step = 3),
+  '_uuid_v7_many stamps the current millisecond: between the clock read before and after it');
 
 -- jobs._uuid_v7: the first 48 bits are the creation time in unix milliseconds
 select ok(
