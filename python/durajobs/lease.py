@@ -106,7 +106,8 @@ class LeaseKeeper:
         while not self._stopped:
             if wait > 0:
                 try:
-                    await asyncio.wait_for(stop_event.wait(), timeout=wait)
+                    async with asyncio.timeout(wait):  # not wait_for: it can swallow a cancel
+                        await stop_event.wait()
                     return
                 except TimeoutError:
                     pass
@@ -117,17 +118,15 @@ class LeaseKeeper:
                 return
             sent = time.monotonic()  # the database stamps the new expiry from about now
             try:
-                answer = await asyncio.wait_for(
-                    self._db.run(
+                async with asyncio.timeout(remaining):
+                    answer = await self._db.run(
                         calls.heartbeat(
                             self._claimed.id,
                             self._worker_id,
                             self._claimed.claim,
                             visibility=timedelta(seconds=self._visibility),
                         )
-                    ),
-                    timeout=remaining,
-                )
+                    )
             except TimeoutError:
                 self._lost("expired")
                 return

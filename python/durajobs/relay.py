@@ -144,7 +144,8 @@ class OutboxRelay:
                 if not moved:
                     self.idle_waits.append(wait.total_seconds())
                 try:
-                    await asyncio.wait_for(self._kick.wait(), wait.total_seconds())
+                    async with asyncio.timeout(wait.total_seconds()):  # not wait_for (wake.py)
+                        await self._kick.wait()
                     wait = self.interval
                 except TimeoutError:
                     wait = self.interval if moved else min(wait * 2, ceiling)

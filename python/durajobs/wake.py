@@ -90,7 +90,10 @@ class QueueWake:
         self._probe_heard = asyncio.Event()
         try:
             await self._send_probe(self._probe_token)
-            await asyncio.wait_for(self._probe_heard.wait(), PROBE_TIMEOUT_SECONDS)
+            # not asyncio.wait_for: before Python 3.12 it swallows a cancel (a stop) that lands
+            # as the probe is heard, and the stop then waited on the listener forever
+            async with asyncio.timeout(PROBE_TIMEOUT_SECONDS):
+                await self._probe_heard.wait()
         except (TimeoutError, psycopg.Error):
             return False
         return True

@@ -320,7 +320,8 @@ class Worker:
                 ceiling = self.woken_idle_ceiling if proven else self.idle_ceiling
                 wait = min(wait * 2, ceiling)
             try:
-                await asyncio.wait_for(self._kick.wait(), timeout)
+                async with asyncio.timeout(timeout):  # not wait_for: it can swallow a cancel
+                    await self._kick.wait()
                 wait = self.poll_floor
             except TimeoutError:
                 pass

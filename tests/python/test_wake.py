@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 from datetime import datetime, timedelta
 
 import psycopg
 import pytest
 
 import durajobs
+from durajobs.wake import QueueWake
 
 SLOT_START = datetime.fromisoformat("2026-01-01T00:00:00+00:00")
 
@@ -89,3 +91,43 @@ def test_a_rolled_back_enqueue_announces_nothing(database_url, listener):
         durajobs.execute(connection, durajobs.calls.enqueue("mail", {}, "rolled-back"))
         connection.rollback()
     assert _heard(listener) == []
+
+
+def test_a_wake_stopped_as_its_probe_is_heard_stops(database_url):
+    # asyncio.wait_for before Python 3.12 swallows a cancel that lands in the same loop turn as
+    # the awaited event: a worker drained while its listener's probe came back logged
+    # jobs.wake.live after jobs.worker.draining and then waited on the listener forever
+    async def notify(token: str) -> None:
+        async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as sender:
+            await sender.execute("select pg_notify('jobs_wake', %s)", [token])
+
+    async def stop_around_the_probe(turns: int) -> None:
+        stopping: list[asyncio.Task[None]] = []
+
+        async def probe_then_stop(token: str) -> None:
+            await notify(token)
+
+            async def stop_later() -> None:
+                for _ in range(turns):
+                    await asyncio.sleep(0)
+                await wake.stop()
+
+            stopping.append(asyncio.get_running_loop().create_task(stop_later()))
+
+        wake = QueueWake(database_url, {"default"}, lambda _queue: None, probe_then_stop)
+        wake.start()
+        async with asyncio.timeout(10):
+            while not stopping:
+                await asyncio.sleep(0.001)
+        try:
+            async with asyncio.timeout(5):
+                await stopping[0]
+        except TimeoutError:
+            pytest.fail(f"the wake did not stop ({turns} loop turns after the probe was sent)")
+
+    async def every_turn() -> None:
+        for _ in range(4):
+            for turns in range(12):
+                await stop_around_the_probe(turns)
+
+    asyncio.run(every_turn())
