@@ -246,7 +246,15 @@ class Worker:
                 )
                 self._wake.start()
             log.info("jobs.worker.started", extra={"worker": self.worker_id, "queues": self.queues})
-            await self._loop()
+            try:
+                await self._loop()
+            except asyncio.CancelledError:
+                # the task running the worker was cancelled (a TaskGroup, a timeout, Ctrl-C
+                # under asyncio.run): drain as SIGTERM would, or held attempts would run on
+                # past a closed pool and come back only when their leases lapse, each counted
+                self.drain()
+                await self._settle_held()
+                raise
             await self._settle_held()
             if self._chores:
                 await asyncio.gather(*self._chores, return_exceptions=True)

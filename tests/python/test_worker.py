@@ -1092,3 +1092,76 @@ def test_a_recovering_claim_that_fills_its_batch_looks_again_at_once(database_ur
     recovering = [recover for _at, recover in claims]
     # one row per claim (concurrency 1): each full batch asks again, until one comes back short
     assert recovering[:3] == [True, True, True]
+
+
+def test_cancelling_the_worker_task_drains_like_sigterm(database_url):
+    # `Worker.run()` under a TaskGroup, a timeout or Ctrl-C is cancelled, not drained: its held
+    # attempts must still be handed back uncounted instead of left to lapse as counted attempts
+    registry = _registry(database_url)
+    seen: list[str] = []
+
+    @registry.job(
+        name="cancel-me",
+        input=Item,
+        idempotency_key=lambda i: i.key,
+        tenant="none",
+        retry=RetryPolicy.of(attempts=1),
+    )
+    async def cancel_me(ctx):
+        seen.append("started")
+        await asyncio.sleep(30)
+
+    job = cancel_me.enqueue({"key": "k"})
+    worker = Worker(registry, database_url, listen=False)
+    worker.keep_executions = True
+
+    async def scenario():
+        runner = asyncio.ensure_future(worker.run())
+        while "started" not in seen:
+            await asyncio.sleep(0.02)
+        runner.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await runner
+
+    asyncio.run(scenario())
+    assert worker.executions[0].outcome is durajobs.Outcome.INTERRUPTED
+    assert _rows(
+        database_url,
+        "select state, attempt, lease_expires_at from jobs.jobs where id = %s",
+        [job.id],
+    ) == [("ready", 0, None)]
+    assert _rows(database_url, "select count(*) from jobs.workers") == [(0,)]
+
+
+def test_a_drain_waits_for_a_sync_step_still_running_in_its_thread(database_url):
+    # an async body's sync step runs in a thread, which a cancel cannot stop: handing the run
+    # back while it ran let another worker run the same step beside it
+    registry = _registry(database_url)
+    seen: list[str] = []
+
+    def slow_step():
+        seen.append("step-started")
+        time.sleep(0.5)
+        seen.append("step-finished")
+
+    @registry.job(name="sync-step", input=Item, idempotency_key=lambda i: i.key, tenant="none")
+    async def sync_step(ctx):
+        await ctx.step.run("slow", slow_step)
+
+    job = sync_step.enqueue({"key": "k"})
+    worker = Worker(registry, database_url, listen=False)
+    at_settle: list[list[str]] = []
+
+    async def scenario():
+        runner = asyncio.ensure_future(worker.run())
+        while "step-started" not in seen:
+            await asyncio.sleep(0.01)
+        worker.drain()
+        await runner
+        at_settle.append(list(seen))
+
+    asyncio.run(scenario())
+    assert at_settle == [["step-started", "step-finished"]]
+    assert _rows(database_url, "select state, attempt from jobs.jobs where id = %s", [job.id]) == [
+        ("ready", 0)
+    ]
