@@ -368,12 +368,13 @@ async def _sleep_step(book: StepBook, name: str, length: timedelta) -> datetime 
 
 
 async def _thread_outliving_cancel(fn: Callable[..., Any], *arguments: Any) -> Any:
-    """Run `fn` in a thread; when the awaiting task is cancelled (a drain, the job's timeout),
-    wait for the thread before letting the cancel through.
+    """Run `fn` in a thread; when the awaiting task is cancelled, wait for the thread before
+    letting the cancel through.
 
-    A thread cannot be stopped: answering the cancel at once handed the run back while this
-    copy of the step still ran, so another worker could run the same step beside it. The wait
-    holds the attempt instead, as a plain def body does; a drain's deadline bounds it.
+    A thread cannot be stopped: answering a drain's cancel at once handed the run back while
+    this copy of the step still ran, so another worker could run the same step beside it. The
+    wait holds the attempt instead, as a plain def body does; the drain deadline bounds it.
+    (After a timeout or a lost lease the attempt ends after its short grace either way.)
     """
     thread = asyncio.ensure_future(asyncio.to_thread(fn, *arguments))
     try:
