@@ -133,6 +133,8 @@ class Worker:
         self._kick = asyncio.Event()
         self._accepting = True
         self._draining = False
+        # time.monotonic() of the drain: where its deadline starts
+        self._drain_began: float | None = None
         self.abandoned = 0  # attempts left to their lease at the drain deadline
         self._stopped = asyncio.Event()
         self._rotation = 0
@@ -194,6 +196,7 @@ class Worker:
         if self._draining:
             return
         self._draining = True
+        self._drain_began = time.monotonic()
         self._accepting = False
         if self._registered:
             self._background(self.registration.mark_draining())
@@ -275,14 +278,15 @@ class Worker:
 
     async def _settle_held(self) -> None:
         """Wait for held attempts: without limit after stop(), up to the deadline once draining."""
-        loop = asyncio.get_running_loop()
         held = {entry.done: entry for entry in self._running.values()}
         pending: set[asyncio.Future[None]] = set(held)
         deadline: float | None = None
         while pending:
-            if self._draining and deadline is None:
-                deadline = loop.time() + self.drain_deadline.total_seconds()
-            if deadline is not None and loop.time() >= deadline:
+            if self._drain_began is not None and deadline is None:
+                # from the drain itself, not from here: a claim in flight when the drain came
+                # (a slow or locked database) must not stretch the budget the platform gives
+                deadline = self._drain_began + self.drain_deadline.total_seconds()
+            if deadline is not None and time.monotonic() >= deadline:
                 self.abandoned = len(pending)
                 log.error(
                     "jobs.worker.drain-abandoned",
@@ -293,7 +297,7 @@ class Worker:
                 carriers = [held[done].task for done in pending]
                 await asyncio.gather(*pending, *filter(None, carriers), return_exceptions=True)
                 return
-            step = 0.1 if deadline is None else min(0.1, max(deadline - loop.time(), 0))
+            step = 0.1 if deadline is None else min(0.1, max(deadline - time.monotonic(), 0))
             _done, pending = await asyncio.wait(pending, timeout=step)
 
     # -- the claim loop --------------------------------------------------------------------

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import threading
 import time
 from datetime import timedelta
 
@@ -1165,3 +1166,50 @@ def test_a_drain_waits_for_a_sync_step_still_running_in_its_thread(database_url)
     assert _rows(database_url, "select state, attempt from jobs.jobs where id = %s", [job.id]) == [
         ("ready", 0)
     ]
+
+
+def test_the_drain_deadline_runs_from_the_drain_not_from_the_claim_in_flight(database_url):
+    # a claim blocked when SIGTERM came (a locked or slow database) used to start the deadline
+    # only once it returned, so the worker outlived the grace period the platform gave it
+    registry = _registry(database_url)
+    seen: list[str] = []
+    release = threading.Event()
+
+    @registry.job(name="stubborn", input=Item, idempotency_key=lambda i: i.key, tenant="none")
+    def stubborn(ctx):
+        seen.append("started")
+        release.wait(10)  # ignores ctx.cancelled
+
+    stubborn.enqueue({"key": "k"})
+    worker = Worker(registry, database_url, listen=False, drain_deadline=timedelta(seconds=2))
+
+    def claim_is_blocked(connection) -> bool:
+        return connection.execute(
+            "select exists (select 1 from pg_locks where not granted"
+            " and relation = 'jobs.queue_pauses'::regclass)"
+        ).fetchone()[0]
+
+    async def scenario() -> float:
+        runner = asyncio.ensure_future(worker.run())
+        with psycopg.connect(database_url, autocommit=True) as watcher:
+            while "started" not in seen:
+                await asyncio.sleep(0.02)
+            async with await psycopg.AsyncConnection.connect(database_url) as locker:
+                # every claim reads the pauses: the worker's next one waits on this lock
+                await locker.execute("lock table jobs.queue_pauses in access exclusive mode")
+                while not claim_is_blocked(watcher):
+                    await asyncio.sleep(0.05)
+                drained_at = time.monotonic()
+                worker.drain()
+                await asyncio.sleep(3)
+                await locker.rollback()
+            await runner
+            return time.monotonic() - drained_at
+
+    try:
+        took = asyncio.run(scenario())
+    finally:
+        release.set()
+    assert worker.abandoned == 1
+    # the deadline had passed when the claim came back (3 s): abandoned then, not 2 s later
+    assert took < 4.5, f"run() returned {took:.1f} s after the drain"
