@@ -118,11 +118,12 @@ def _cmd_worker(args: argparse.Namespace) -> int:
             await worker.run(install_signal_handlers=True)
         finally:
             scheduler.stop()
-            # the scheduler's round shares the drain budget: past it the round is abandoned,
-            # keeping its lease until it runs out
-            done, _ = await asyncio.wait(
-                {scheduling}, timeout=worker.drain_deadline.total_seconds()
-            )
+            # the scheduler's round gets what the worker left of the drain budget (all of it
+            # after a stop() without a drain): past it the round is abandoned, keeping its
+            # lease until it runs out
+            left = worker.drain_time_left()
+            budget = worker.drain_deadline.total_seconds() if left is None else left
+            done, _ = await asyncio.wait({scheduling}, timeout=budget)
             if not done:
                 scheduling.cancel()
                 await asyncio.gather(scheduling, return_exceptions=True)

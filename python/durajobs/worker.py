@@ -212,6 +212,13 @@ class Worker:
             )
         self._kick.set()
 
+    def drain_time_left(self) -> float | None:
+        """Seconds left of the drain's budget (0 once spent); None before any drain."""
+        if self._drain_began is None:
+            return None
+        spent = time.monotonic() - self._drain_began
+        return max(self.drain_deadline.total_seconds() - spent, 0.0)
+
     def stop(self) -> None:
         """Stop claiming and let held work finish, with no deadline and no cancel."""
         self._accepting = False

@@ -1213,3 +1213,29 @@ def test_the_drain_deadline_runs_from_the_drain_not_from_the_claim_in_flight(dat
     assert worker.abandoned == 1
     # the deadline had passed when the claim came back (3 s): abandoned then, not 2 s later
     assert took < 4.5, f"run() returned {took:.1f} s after the drain"
+
+
+def test_the_drain_budget_left_counts_down_from_the_drain(database_url):
+    # `durajobs worker --with-scheduler` gives the scheduler's round what the worker left of
+    # the budget: the whole deadline again let the process outlive it twice over
+    worker = Worker(
+        _registry(database_url),
+        database_url,
+        queues=["default"],
+        listen=False,
+        drain_deadline=timedelta(seconds=2),
+    )
+    assert worker.drain_time_left() is None
+
+    async def scenario() -> tuple[float, float]:
+        runner = asyncio.ensure_future(worker.run())
+        await asyncio.sleep(0.3)
+        worker.drain()
+        first = worker.drain_time_left()
+        await runner
+        await asyncio.sleep(0.5)
+        return first, worker.drain_time_left()
+
+    first, later = asyncio.run(scenario())
+    assert 1.5 < first <= 2.0
+    assert later <= first - 0.5
