@@ -442,7 +442,13 @@ class Attempt:
                 ),
             )
         try:
-            task = self._launch(job, book, loop, executor)
+            if signal.reason is not None:
+                # cancelled before the body began (a drain during the history read): a plain
+                # def would run to its end only for its result to be thrown away and run again
+                task: asyncio.Future[Any] = loop.create_future()
+                task.cancel()
+            else:
+                task = self._launch(job, book, loop, executor)
         except Exception as refused:
             # the input did not parse, or calling the handler raised before its body ran (a
             # handler that takes no ctx): an ordinary failure of the attempt, decided as such

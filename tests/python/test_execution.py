@@ -1417,3 +1417,36 @@ def test_stored_input_that_no_longer_parses_dead_letters_on_attempt_one(
     assert row["last_error_code"] == "X_JOB_INPUT_INVALID"
     assert "'n'" in row["last_error"]
     assert [(s.outcome, s.code) for s in settled] == [("dead-lettered", "X_JOB_INPUT_INVALID")]
+
+
+@pytest.mark.parametrize("kind", ["async", "def"])
+def test_an_attempt_drained_before_its_body_began_does_not_start_it(database_url, connect, kind):
+    # a drain landing while the attempt read its history: the body must not start at all
+    observer = connect()
+    registry = durajobs.Registry(database_url=database_url)
+    runs: list[int] = []
+
+    if kind == "async":
+
+        @_declare(registry, retry=RetryPolicy.of(attempts=1))
+        async def job(ctx):
+            runs.append(ctx.attempt)
+
+    else:
+
+        @_declare(registry, retry=RetryPolicy.of(attempts=1))
+        def job(ctx):
+            runs.append(ctx.attempt)
+
+    queued = job.enqueue(Item())
+
+    async def scenario(db):
+        signal = CancelSignal()
+        signal.cancel(Draining("the worker is draining"))
+        return await _execute(db, registry, await _claim(db), signal=signal)
+
+    execution = _run(database_url, scenario)
+    assert execution.outcome is Outcome.INTERRUPTED
+    assert runs == []
+    row = _row(observer, queued.id)
+    assert (row["state"], row["attempt"]) == ("ready", 0)
