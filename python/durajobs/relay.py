@@ -84,6 +84,7 @@ class OutboxRelay:
         self._kick = asyncio.Event()
         self._running = True
         self._pass: asyncio.Task[int] | None = None
+        self._closing: asyncio.Future[None] | None = None
         self.published = 0
         self.idle_waits: list[float] = []  # the idle backoff as it happened
 
@@ -98,7 +99,11 @@ class OutboxRelay:
     async def open(self) -> None:
         await self.source.open()
         if not self.same_database:
-            await self.target.open()
+            try:
+                await self.target.open()
+            except BaseException:
+                await self.source.close()  # or a refused target leaves the source's pool open
+                raise
 
     async def close(self) -> None:
         if self._wake is not None:
@@ -150,8 +155,16 @@ class OutboxRelay:
                 except TimeoutError:
                     wait = self.interval if moved else min(wait * 2, ceiling)
         finally:
+            # shielded: a second cancel returns at once, but the pass in flight still finishes
+            # publishing and marking its batch, and the pools close after it
+            self._closing = asyncio.ensure_future(self._finish())
+            await asyncio.shield(self._closing)
+
+    async def _finish(self) -> None:
+        try:
             if self._pass is not None and not self._pass.done():
-                await asyncio.gather(self._pass, return_exceptions=True)
+                await asyncio.wait({self._pass})
+        finally:
             await self.close()
 
     async def run_once(self) -> int:

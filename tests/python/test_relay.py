@@ -972,3 +972,54 @@ def test_a_relay_process_killed_between_publish_and_mark_still_runs_the_job_once
 
     asyncio.run(work())
     assert ran == ["once"]
+
+
+def test_a_second_cancel_does_not_cut_the_pass_in_flight(database_url, queue_url):
+    # the first cancel stops the loop; a second one (an impatient supervisor) used to cancel
+    # the pass mid-publish, leaving its rows held for the claim lease and published again
+    job = _declare(durajobs.Registry(queue_url, outbox=True))
+    a, b = _stage(database_url, job, ["a", "b"])
+    events: list[str] = []
+
+    async def scenario():
+        relay = OutboxRelay(database_url, queue_url, listen=False, interval="50ms")
+        publishing = asyncio.Event()
+        real_run = relay.target.run
+
+        async def slow_publish(call):
+            if call.function == "jobs.enqueue":
+                publishing.set()
+                await asyncio.sleep(0.3)
+                answer = await real_run(call)
+                events.append(f"published {call.params['id']}")
+                return answer
+            return await real_run(call)
+
+        relay.target.run = slow_publish
+        runner = asyncio.ensure_future(relay.run())
+        async with asyncio.timeout(10):
+            await publishing.wait()
+        runner.cancel()
+        await asyncio.sleep(0.05)
+        runner.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await runner
+        async with asyncio.timeout(10):
+            while not (relay.source.pool.closed and relay.target.pool.closed):
+                await asyncio.sleep(0.05)
+        return relay
+
+    relay = asyncio.run(scenario())
+    assert events == [f"published {a.id}", f"published {b.id}"]
+    assert _outbox(database_url) == [(s.id, relay.relay_id, True, True) for s in (a, b)]
+
+
+def test_a_target_that_cannot_open_closes_the_source_again(database_url, empty_database_url):
+    relay = OutboxRelay(database_url, empty_database_url, listen=False)
+
+    async def scenario():
+        with pytest.raises(durajobs.DurajobsError):
+            await relay.run()
+
+    asyncio.run(scenario())
+    assert relay.source.pool.closed
