@@ -137,6 +137,7 @@ class Worker:
         self._drain_began: float | None = None
         self.abandoned = 0  # attempts left to their lease at the drain deadline
         self._stopped = asyncio.Event()
+        self._teardown: asyncio.Future[None] | None = None
         self._rotation = 0
         self._lapsed_scanned: dict[str, float] = {}  # queue -> when its lapsed leases were sought
         self._idle = True
@@ -269,16 +270,25 @@ class Worker:
             if self._chores:
                 await asyncio.gather(*self._chores, return_exceptions=True)
         finally:
+            if install_signal_handlers:
+                for number in (signals.SIGTERM, signals.SIGINT):
+                    loop.remove_signal_handler(number)
+            # shielded: a second cancel returns at once, but the registry row is still
+            # forgotten (its renewals would keep a dead worker listed) and the pool closed
+            self._teardown = asyncio.ensure_future(self._close_resources(executor))
+            await asyncio.shield(self._teardown)
+
+    async def _close_resources(self, executor: ThreadPoolExecutor) -> None:
+        """Give back what run() took: the wake, the registry row, the metrics port, the pool."""
+        try:
             if self._wake is not None:
                 await self._wake.stop()
             if self._registered:
                 await self.registration.stop()
                 self._registered = False
+        finally:
             self.metrics.close()
             await self.db.close()
-            if install_signal_handlers:
-                for number in (signals.SIGTERM, signals.SIGINT):
-                    loop.remove_signal_handler(number)
             executor.shutdown(wait=False, cancel_futures=True)
             self._stopped.set()
             log.info("jobs.worker.stopped", extra={"worker": self.worker_id})

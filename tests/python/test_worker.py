@@ -1239,3 +1239,27 @@ def test_the_drain_budget_left_counts_down_from_the_drain(database_url):
     first, later = asyncio.run(scenario())
     assert 1.5 < first <= 2.0
     assert later <= first - 0.5
+
+
+@pytest.mark.parametrize("turns", [0, 1, 2, 3, 5, 8, 13])
+def test_a_second_cancel_still_forgets_the_registry_row(database_url, turns):
+    # a second cancel during the worker's teardown skipped the rest of it: the registry row
+    # stayed, renewed by a heartbeat that nobody stopped, and the pool stayed open
+    worker = Worker(_registry(database_url), database_url, queues=["default"], visibility="1s")
+
+    async def scenario() -> None:
+        runner = asyncio.ensure_future(worker.run())
+        while not _rows(database_url, "select id from jobs.workers"):
+            await asyncio.sleep(0.02)
+        runner.cancel()
+        for _ in range(turns):
+            await asyncio.sleep(0)
+        runner.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await runner
+        # past the row's TTL: only a renewal could keep it
+        await asyncio.sleep(1.5)
+
+    asyncio.run(scenario())
+    assert _rows(database_url, "select count(*) from jobs.workers") == [(0,)]
+    assert worker.db.pool.closed
