@@ -17,6 +17,7 @@ from durajobs.cli_support import database_url, instant, load_registry
 from durajobs.client import Client
 from durajobs.errors import DurajobsError, JobInputInvalid
 from durajobs.migrations import HEAD, migrate
+from durajobs.tasks import cancel_and_wait
 from durajobs.tracing import checked_traceparent, current_traceparent
 
 
@@ -125,8 +126,7 @@ def _cmd_worker(args: argparse.Namespace) -> int:
             budget = worker.drain_deadline.total_seconds() if left is None else left
             done, _ = await asyncio.wait({scheduling}, timeout=budget)
             if not done:
-                scheduling.cancel()
-                await asyncio.gather(scheduling, return_exceptions=True)
+                await cancel_and_wait(scheduling)
 
     asyncio.run(run())
     if worker.abandoned:

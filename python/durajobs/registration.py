@@ -19,6 +19,7 @@ from uuid import UUID
 
 from durajobs import calls
 from durajobs.database import AsyncDatabase
+from durajobs.tasks import cancel_and_wait
 
 log = logging.getLogger(__name__)
 
@@ -97,8 +98,8 @@ class WorkerRegistration:
     async def stop(self) -> None:
         """Stop renewing and delete the row (it would expire by itself if this fails)."""
         if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
+            # not one cancel: a renewal waiting on the pool could drop it and beat on
+            await cancel_and_wait(self._task)
             self._task = None
         try:
             await self._db.run(calls.worker_forget(self.worker_id))

@@ -16,6 +16,7 @@ from typing import Any
 import psycopg
 
 from durajobs import calls
+from durajobs.tasks import cancel_and_wait
 
 log = logging.getLogger(__name__)
 
@@ -52,8 +53,8 @@ class QueueWake:
 
     async def stop(self) -> None:
         if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
+            # not one cancel: a probe waiting on the pool could drop it and then listen forever
+            await cancel_and_wait(self._task)
         if self._connection is not None:
             await self._connection.close()
 

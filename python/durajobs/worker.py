@@ -18,7 +18,7 @@ import socket
 import time
 import uuid
 from collections import Counter
-from collections.abc import Coroutine, Mapping
+from collections.abc import Callable, Coroutine, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -138,6 +138,7 @@ class Worker:
         self.abandoned = 0  # attempts left to their lease at the drain deadline
         self._stopped = asyncio.Event()
         self._teardown: asyncio.Future[None] | None = None
+        self._event_loop: asyncio.AbstractEventLoop | None = None  # the loop run() runs on
         self._rotation = 0
         self._lapsed_scanned: dict[str, float] = {}  # queue -> when its lapsed leases were sought
         self._idle = True
@@ -193,13 +194,16 @@ class Worker:
         """SIGTERM: stop claiming and cancel every held attempt with X_DRAINING, at once.
 
         Also after `stop()`: a shutdown arriving while held work finishes bounds the wait.
+        Safe to call from any thread (a signal.signal handler, a web server's shutdown hook).
         """
+        if self._hop_to_loop(self.drain):
+            return
         if self._draining:
             return
         self._draining = True
         self._drain_began = time.monotonic()
         self._accepting = False
-        if self._registered:
+        if self._registered and self._teardown is None:
             self._background(self.registration.mark_draining())
         log.info(
             "jobs.worker.draining", extra={"worker": self.worker_id, "held": len(self._running)}
@@ -221,13 +225,31 @@ class Worker:
         return max(self.drain_deadline.total_seconds() - spent, 0.0)
 
     def stop(self) -> None:
-        """Stop claiming and let held work finish, with no deadline and no cancel."""
+        """Stop claiming and let held work finish, with no deadline and no cancel.
+
+        Safe to call from any thread."""
+        if self._hop_to_loop(self.stop):
+            return
         self._accepting = False
         self._kick.set()
 
+    def _hop_to_loop(self, method: Callable[[], None]) -> bool:
+        """Called off the thread running this worker: schedule `method` on its loop instead
+        (asyncio's events and tasks are not thread-safe) and answer True."""
+        loop = self._event_loop
+        if loop is None or loop.is_closed():
+            return False
+        try:
+            if asyncio.get_running_loop() is loop:
+                return False
+        except RuntimeError:
+            pass  # no loop runs on this thread
+        loop.call_soon_threadsafe(method)
+        return True
+
     async def run(self, *, install_signal_handlers: bool = False) -> None:
         """Run until `stop()` or `drain()`; the drain waits at most `drain_deadline`."""
-        loop = asyncio.get_running_loop()
+        loop = self._event_loop = asyncio.get_running_loop()
         # plain def handlers get a thread per slot, on a pool of the worker's own
         executor = ThreadPoolExecutor(max_workers=self.capacity, thread_name_prefix="durajobs-job")
         self._executor = executor
@@ -238,13 +260,15 @@ class Worker:
             await self.db.open()
             if self._metrics_port is not None:
                 self.metrics.serve(self._metrics_port, self._metrics_host)
+            # before the announce: a cancel landing after its row was written but before its
+            # answer came back must still forget the row
+            self._registered = True
             await self.registration.start()
             if self._freeze_gc:
                 # a process of its own: what is alive now (modules, the registry, the pool)
                 # lives as long as the process, so the collector need never walk it again
                 gc.collect()
                 gc.freeze()
-            self._registered = True
             for queue in self.queues:
                 if queue not in self.registry.queues():
                     log.info("jobs.worker.queue-unregistered", extra={"queue": queue})

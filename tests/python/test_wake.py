@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from datetime import datetime, timedelta
 
 import psycopg
 import pytest
 
 import durajobs
+from durajobs.tasks import cancel_and_wait
 from durajobs.wake import QueueWake
 
 SLOT_START = datetime.fromisoformat("2026-01-01T00:00:00+00:00")
@@ -131,3 +133,54 @@ def test_a_wake_stopped_as_its_probe_is_heard_stops(database_url):
                 await stop_around_the_probe(turns)
 
     asyncio.run(every_turn())
+
+
+def test_a_wake_stops_even_when_its_probe_drops_the_cancel(database_url):
+    # psycopg_pool waits for a pooled connection with asyncio.wait_for, which on Python 3.11
+    # drops a cancel landing with its result: one cancel let the probe pass and the listener
+    # wait forever (the worker's teardown hung); stop() cancels until the task has ended
+    in_probe = asyncio.Event()
+
+    async def probe_that_drops_a_cancel(token: str) -> None:
+        async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as sender:
+            await sender.execute("select pg_notify('jobs_wake', %s)", [token])
+        in_probe.set()
+        with contextlib.suppress(asyncio.CancelledError):  # dropped, as wait_for can
+            await asyncio.sleep(0.3)
+
+    async def scenario() -> None:
+        wake = QueueWake(database_url, {"default"}, lambda _queue: None, probe_that_drops_a_cancel)
+        wake.start()
+        async with asyncio.timeout(10):
+            await in_probe.wait()
+        try:
+            async with asyncio.timeout(5):
+                await wake.stop()
+        except TimeoutError:
+            pytest.fail("the wake did not stop after its probe dropped the cancel")
+
+    asyncio.run(scenario())
+
+
+def test_cancel_and_wait_outlasts_a_task_that_drops_cancels():
+    dropped: list[int] = []
+
+    async def stubborn() -> None:
+        while True:
+            try:
+                await asyncio.sleep(10)
+            except asyncio.CancelledError:
+                dropped.append(1)
+                if len(dropped) == 3:
+                    raise
+
+    async def scenario() -> asyncio.Task[None]:
+        task = asyncio.get_running_loop().create_task(stubborn())
+        await asyncio.sleep(0)
+        async with asyncio.timeout(5):
+            await cancel_and_wait(task)
+        return task
+
+    task = asyncio.run(scenario())
+    assert task.cancelled()
+    assert dropped == [1, 1, 1]

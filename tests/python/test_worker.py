@@ -1249,17 +1249,66 @@ def test_a_second_cancel_still_forgets_the_registry_row(database_url, turns):
 
     async def scenario() -> None:
         runner = asyncio.ensure_future(worker.run())
-        while not _rows(database_url, "select id from jobs.workers"):
-            await asyncio.sleep(0.02)
+        async with asyncio.timeout(10):
+            while not _rows(database_url, "select id from jobs.workers"):
+                assert not runner.done(), runner
+                await asyncio.sleep(0.02)
         runner.cancel()
         for _ in range(turns):
             await asyncio.sleep(0)
         runner.cancel()
         with pytest.raises(asyncio.CancelledError):
-            await runner
+            async with asyncio.timeout(10):
+                await runner
         # past the row's TTL: only a renewal could keep it
         await asyncio.sleep(1.5)
 
     asyncio.run(scenario())
     assert _rows(database_url, "select count(*) from jobs.workers") == [(0,)]
     assert worker.db.pool.closed
+
+
+def test_drain_from_another_thread_interrupts_held_work(database_url):
+    # a signal.signal handler or a web server's shutdown hook may call drain() off the loop's
+    # thread: it raised there (no running loop) after setting its flags, so held attempts were
+    # never cancelled and a second drain() did nothing
+    registry = _registry(database_url)
+    seen: list[str] = []
+
+    @registry.job(
+        name="threaded-drain",
+        input=Item,
+        idempotency_key=lambda i: i.key,
+        tenant="none",
+        retry=RetryPolicy.of(attempts=1),
+    )
+    async def threaded_drain(ctx):
+        seen.append("started")
+        await asyncio.sleep(30)
+
+    job = threaded_drain.enqueue({"key": "k"})
+    worker = Worker(registry, database_url, listen=False)
+    failures: list[BaseException] = []
+
+    def drain_off_the_loop() -> None:
+        try:
+            worker.drain()
+        except BaseException as failure:
+            failures.append(failure)
+
+    async def scenario():
+        runner = asyncio.ensure_future(worker.run())
+        while "started" not in seen:
+            await asyncio.sleep(0.02)
+        caller = threading.Thread(target=drain_off_the_loop)
+        caller.start()
+        caller.join()
+        async with asyncio.timeout(10):
+            await runner
+
+    asyncio.run(scenario())
+    assert failures == []
+    assert worker.stats().interrupted == 1
+    assert _rows(database_url, "select state, attempt from jobs.jobs where id = %s", [job.id]) == [
+        ("ready", 0)
+    ]

@@ -1,0 +1,22 @@
+"""Stopping a background task for certain.
+
+One cancel is not always enough on Python 3.11: `asyncio.wait_for`, which psycopg_pool uses
+while a caller waits for a pooled connection, drops a cancel that lands in the same loop turn as
+its result, and the task runs on as if never asked to stop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+RECANCEL_SECONDS = 0.1
+
+
+async def cancel_and_wait(task: asyncio.Future[Any]) -> None:
+    """Cancel `task` and wait until it has ended, cancelling again while it runs on."""
+    while not task.done():
+        task.cancel()
+        await asyncio.wait({task}, timeout=RECANCEL_SECONDS)
+    if not task.cancelled():
+        task.exception()  # retrieved: a stop is not the place to report it
