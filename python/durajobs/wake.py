@@ -47,6 +47,7 @@ class QueueWake:
         self._probe_heard: asyncio.Event | None = None
         self._task: asyncio.Task[None] | None = None
         self._connection: psycopg.AsyncConnection[Any] | None = None
+        self._closing: set[asyncio.Future[None]] = set()  # connections opened after a stop
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._run())
@@ -62,7 +63,7 @@ class QueueWake:
         warned = False
         while True:
             try:
-                self._connection = await psycopg.AsyncConnection.connect(self._url, autocommit=True)
+                self._connection = await self._connect()
                 await self._connection.execute(calls.listen(self._channel))
                 listening = asyncio.get_running_loop().create_task(self._listen(self._connection))
                 try:
@@ -85,6 +86,24 @@ class QueueWake:
                 await self._connection.close()
                 self._connection = None
             await asyncio.sleep(RECONNECT_SECONDS)
+
+    async def _connect(self) -> psycopg.AsyncConnection[Any]:
+        attempt = asyncio.ensure_future(psycopg.AsyncConnection.connect(self._url, autocommit=True))
+        try:
+            return await asyncio.shield(attempt)
+        except asyncio.CancelledError:
+            # a connect cut mid-handshake leaves its server backend waiting for a client that
+            # is gone (authentication_timeout: a minute), which also holds up DROP DATABASE:
+            # let it finish, then close it
+            attempt.add_done_callback(self._close_late_connection)
+            raise
+
+    def _close_late_connection(self, attempt: asyncio.Future[psycopg.AsyncConnection[Any]]) -> None:
+        if attempt.cancelled() or attempt.exception() is not None:
+            return
+        closing = asyncio.ensure_future(attempt.result().close())
+        self._closing.add(closing)
+        closing.add_done_callback(self._closing.discard)
 
     async def _probe(self) -> bool:
         self._probe_token = f"probe:{uuid.uuid4()}"

@@ -30,10 +30,11 @@ def _registry(database_url):
     return durajobs.Registry(database_url=database_url)
 
 
-def _body_that_notes_its_cancel(registry, name, seen):
+def _body_that_notes_its_cancel(registry, name, seen, *, attempts=None):
     """Declare an async job that notes when it starts and when it is cancelled."""
+    retry = {} if attempts is None else {"retry": RetryPolicy.of(attempts=attempts)}
 
-    @registry.job(name=name, input=Item, idempotency_key=lambda i: i.key, tenant="none")
+    @registry.job(name=name, input=Item, idempotency_key=lambda i: i.key, tenant="none", **retry)
     async def body(ctx):
         seen.append("started")
         try:
@@ -1101,18 +1102,7 @@ def test_cancelling_the_worker_task_drains_like_sigterm(database_url):
     registry = _registry(database_url)
     seen: list[str] = []
 
-    @registry.job(
-        name="cancel-me",
-        input=Item,
-        idempotency_key=lambda i: i.key,
-        tenant="none",
-        retry=RetryPolicy.of(attempts=1),
-    )
-    async def cancel_me(ctx):
-        seen.append("started")
-        await asyncio.sleep(30)
-
-    job = cancel_me.enqueue({"key": "k"})
+    job = _body_that_notes_its_cancel(registry, "cancel-me", seen, attempts=1).enqueue({"key": "k"})
     worker = Worker(registry, database_url, listen=False)
     worker.keep_executions = True
 
@@ -1275,18 +1265,9 @@ def test_drain_from_another_thread_interrupts_held_work(database_url):
     registry = _registry(database_url)
     seen: list[str] = []
 
-    @registry.job(
-        name="threaded-drain",
-        input=Item,
-        idempotency_key=lambda i: i.key,
-        tenant="none",
-        retry=RetryPolicy.of(attempts=1),
+    job = _body_that_notes_its_cancel(registry, "threaded-drain", seen, attempts=1).enqueue(
+        {"key": "k"}
     )
-    async def threaded_drain(ctx):
-        seen.append("started")
-        await asyncio.sleep(30)
-
-    job = threaded_drain.enqueue({"key": "k"})
     worker = Worker(registry, database_url, listen=False)
     failures: list[BaseException] = []
 
