@@ -132,8 +132,7 @@ class Worker:
         self._taken = 0
         self._kick = asyncio.Event()
         self._accepting = True
-        self._draining = False
-        # time.monotonic() of the drain: where its deadline starts
+        # time.monotonic() of the drain (None before one): where its deadline starts
         self._drain_began: float | None = None
         self.abandoned = 0  # attempts left to their lease at the drain deadline
         self._stopped = asyncio.Event()
@@ -198,9 +197,8 @@ class Worker:
         """
         if self._hop_to_loop(self.drain):
             return
-        if self._draining:
+        if self._drain_began is not None:
             return
-        self._draining = True
         self._drain_began = time.monotonic()
         self._accepting = False
         if self._registered and self._teardown is None:
@@ -321,13 +319,11 @@ class Worker:
         """Wait for held attempts: without limit after stop(), up to the deadline once draining."""
         held = {entry.done: entry for entry in self._running.values()}
         pending: set[asyncio.Future[None]] = set(held)
-        deadline: float | None = None
         while pending:
-            if self._drain_began is not None and deadline is None:
-                # from the drain itself, not from here: a claim in flight when the drain came
-                # (a slow or locked database) must not stretch the budget the platform gives
-                deadline = self._drain_began + self.drain_deadline.total_seconds()
-            if deadline is not None and time.monotonic() >= deadline:
+            # counted from the drain itself, not from here: a claim in flight when the drain
+            # came (a slow or locked database) must not stretch the budget the platform gives
+            left = self.drain_time_left()
+            if left == 0:
                 self.abandoned = len(pending)
                 log.error(
                     "jobs.worker.drain-abandoned",
@@ -338,7 +334,7 @@ class Worker:
                 carriers = [held[done].task for done in pending]
                 await asyncio.gather(*pending, *filter(None, carriers), return_exceptions=True)
                 return
-            step = 0.1 if deadline is None else min(0.1, max(deadline - time.monotonic(), 0))
+            step = 0.1 if left is None else min(0.1, left)
             _done, pending = await asyncio.wait(pending, timeout=step)
 
     # -- the claim loop --------------------------------------------------------------------

@@ -603,6 +603,25 @@ def test_a_staged_duplicate_of_a_live_key_creates_no_row(database_url, make_empt
 # --- R19 / item 110: stop joins the pass in flight ---------------------------------------------
 
 
+def _slow_publishes(relay: OutboxRelay, events: list[str], *, seconds: float) -> asyncio.Event:
+    """Make each of `relay`'s publishes take `seconds` longer and note it in `events`; answer
+    an event set when the first one begins."""
+    publishing = asyncio.Event()
+    real_run = relay.target.run
+
+    async def slow_publish(call):
+        if call.function == "jobs.enqueue":
+            publishing.set()
+            await asyncio.sleep(seconds)
+            answer = await real_run(call)
+            events.append(f"published {call.params['id']}")
+            return answer
+        return await real_run(call)
+
+    relay.target.run = slow_publish
+    return publishing
+
+
 def test_stop_during_a_slow_publish_returns_after_the_mark(database_url, queue_url, caplog):
     job = _declare(durajobs.Registry(queue_url, outbox=True))
     a, b = _stage(database_url, job, ["a", "b"])
@@ -610,25 +629,14 @@ def test_stop_during_a_slow_publish_returns_after_the_mark(database_url, queue_u
 
     async def scenario():
         relay = OutboxRelay(database_url, queue_url, listen=False, interval="50ms")
-        publishing = asyncio.Event()
-        real_run = relay.target.run
+        publishing = _slow_publishes(relay, events, seconds=0.5)
         real_mark = relay.mark_published
-
-        async def slow_publish(call):
-            if call.function == "jobs.enqueue":
-                publishing.set()
-                await asyncio.sleep(0.5)
-                answer = await real_run(call)
-                events.append(f"published {call.params['id']}")
-                return answer
-            return await real_run(call)
 
         async def mark_published(ids):
             marked = await real_mark(ids)
             events.append(f"marked {sorted(marked)}")
             return marked
 
-        relay.target.run = slow_publish
         relay.mark_published = mark_published
         runner = asyncio.ensure_future(relay.run())
         await asyncio.wait_for(publishing.wait(), 10)
@@ -983,19 +991,7 @@ def test_a_second_cancel_does_not_cut_the_pass_in_flight(database_url, queue_url
 
     async def scenario():
         relay = OutboxRelay(database_url, queue_url, listen=False, interval="50ms")
-        publishing = asyncio.Event()
-        real_run = relay.target.run
-
-        async def slow_publish(call):
-            if call.function == "jobs.enqueue":
-                publishing.set()
-                await asyncio.sleep(0.3)
-                answer = await real_run(call)
-                events.append(f"published {call.params['id']}")
-                return answer
-            return await real_run(call)
-
-        relay.target.run = slow_publish
+        publishing = _slow_publishes(relay, events, seconds=0.3)
         runner = asyncio.ensure_future(relay.run())
         async with asyncio.timeout(10):
             await publishing.wait()

@@ -46,6 +46,15 @@ def _body_that_notes_its_cancel(registry, name, seen, *, attempts=None):
     return body
 
 
+async def _run_until_started(worker, seen):
+    """Start `worker.run()` and answer its task once a body has noted "started"."""
+    runner = asyncio.ensure_future(worker.run())
+    while "started" not in seen:
+        assert not runner.done(), runner
+        await asyncio.sleep(0.02)
+    return runner
+
+
 def _rows(database_url, query, params=()):
     with psycopg.connect(database_url, autocommit=True) as connection:
         return connection.execute(query, params).fetchall()
@@ -281,9 +290,7 @@ def test_a_cancel_stops_the_running_body_and_is_not_a_lease_loss(database_url, c
     worker.keep_executions = True
 
     async def scenario():
-        runner = asyncio.ensure_future(worker.run())
-        while "started" not in seen:
-            await asyncio.sleep(0.02)
+        runner = await _run_until_started(worker, seen)
         await asyncio.to_thread(_rows, database_url, "select jobs.cancel(%s)", [job.id])
         while not worker.executions:
             await asyncio.sleep(0.02)
@@ -321,9 +328,7 @@ def test_a_lease_taken_by_another_claim_is_lost_once(database_url, caplog):
             durajobs.execute(connection, calls.claim(["default"], "thief"))
 
     async def scenario():
-        runner = asyncio.ensure_future(worker.run())
-        while "started" not in seen:
-            await asyncio.sleep(0.02)
+        runner = await _run_until_started(worker, seen)
         await asyncio.to_thread(steal)
         while not worker.executions:
             await asyncio.sleep(0.02)
@@ -394,9 +399,7 @@ def test_drain_interrupts_held_work_without_counting_the_attempt(database_url):
     worker.keep_executions = True
 
     async def scenario():
-        runner = asyncio.ensure_future(worker.run())
-        while "started" not in seen:
-            await asyncio.sleep(0.02)
+        runner = await _run_until_started(worker, seen)
         worker.drain()
         await runner
 
@@ -422,9 +425,7 @@ def test_stop_lets_held_work_finish(database_url):
     worker = Worker(registry, database_url, listen=False)
 
     async def scenario():
-        runner = asyncio.ensure_future(worker.run())
-        while "started" not in seen:
-            await asyncio.sleep(0.02)
+        runner = await _run_until_started(worker, seen)
         worker.stop()
         await runner
 
@@ -448,9 +449,7 @@ def test_a_body_ignoring_the_drain_is_abandoned_at_the_deadline(database_url, ca
     )
 
     async def scenario():
-        runner = asyncio.ensure_future(worker.run())
-        while "started" not in seen:
-            await asyncio.sleep(0.02)
+        runner = await _run_until_started(worker, seen)
         worker.drain()
         await runner
 
@@ -1107,9 +1106,7 @@ def test_cancelling_the_worker_task_drains_like_sigterm(database_url):
     worker.keep_executions = True
 
     async def scenario():
-        runner = asyncio.ensure_future(worker.run())
-        while "started" not in seen:
-            await asyncio.sleep(0.02)
+        runner = await _run_until_started(worker, seen)
         runner.cancel()
         with pytest.raises(asyncio.CancelledError):
             await runner
@@ -1278,9 +1275,7 @@ def test_drain_from_another_thread_interrupts_held_work(database_url):
             failures.append(failure)
 
     async def scenario():
-        runner = asyncio.ensure_future(worker.run())
-        while "started" not in seen:
-            await asyncio.sleep(0.02)
+        runner = await _run_until_started(worker, seen)
         caller = threading.Thread(target=drain_off_the_loop)
         caller.start()
         caller.join()
