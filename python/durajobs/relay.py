@@ -21,6 +21,7 @@ from durajobs import calls
 from durajobs.database import AsyncDatabase
 from durajobs.durations import Duration, parse_duration
 from durajobs.errors import Invariant
+from durajobs.tasks import CancelWatch
 from durajobs.wake import QueueWake
 
 log = logging.getLogger(__name__)
@@ -114,6 +115,7 @@ class OutboxRelay:
 
     async def run(self) -> None:
         """Relay until stop(); a pass that throws is logged and the loop re-arms."""
+        cancel = CancelWatch()  # opening waits on the pools, which can drop a cancel
         await self.open()
         try:
             if self._listen:
@@ -129,6 +131,7 @@ class OutboxRelay:
                 self._wake.start()
             wait = self.interval
             while self._running:
+                cancel.check()
                 self._kick.clear()
                 self._pass = asyncio.ensure_future(self.run_once())
                 try:

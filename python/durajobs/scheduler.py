@@ -24,6 +24,7 @@ from durajobs.database import AsyncDatabase
 from durajobs.declarations import Registry
 from durajobs.durations import Duration, parse_duration
 from durajobs.schedule import Task
+from durajobs.tasks import CancelWatch
 
 log = logging.getLogger(__name__)
 
@@ -160,13 +161,16 @@ class Scheduler:
         """Tick until stop(); a round that throws is logged and the loop goes on. A clean stop
         gives the lease up so a standby takes over at once; a cancelled (abandoned) round does
         not, so no standby fires while it may still be dispatching: the lease runs out instead."""
+        cancel = CancelWatch()  # the pool's waits for a connection can drop a cancel
         await self.db.open()
         try:
             while self._running:
+                cancel.check()
                 try:
                     await self.tick_once()
                 except Exception as failure:
                     log.error("jobs.scheduler.tick-failed", extra={"error": str(failure)})
+                cancel.check()
                 await asyncio.sleep(self.tick.total_seconds())
             if self.leading:
                 await self.db.run(calls.scheduler_resign(self.holder))

@@ -20,3 +20,24 @@ async def cancel_and_wait(task: asyncio.Future[Any]) -> None:
         await asyncio.wait({task}, timeout=RECANCEL_SECONDS)
     if not task.cancelled():
         task.exception()  # retrieved: a stop is not the place to report it
+
+
+class CancelWatch:
+    """Notices a cancel that a library dropped, for a loop that runs until its task is cancelled.
+
+    asyncio counts every cancel asked of a task (`Task.cancelling()`), and the count stays up when
+    a `wait_for` underneath drops the CancelledError it caused. A loop that calls `check()` each
+    turn stops as it was asked instead of running on until the next cancel.
+    """
+
+    def __init__(self) -> None:
+        task = asyncio.current_task()
+        if task is None:
+            raise RuntimeError("CancelWatch needs a running task")
+        self._task = task
+        # cancels asked before the loop began are the caller's business, delivered or not
+        self._baseline = task.cancelling()
+
+    def check(self) -> None:
+        if self._task.cancelling() > self._baseline:
+            raise asyncio.CancelledError

@@ -36,6 +36,7 @@ from durajobs.metrics import WorkerMetrics
 from durajobs.records import ClaimedJob
 from durajobs.registration import WorkerRegistration
 from durajobs.signals import CancelSignal
+from durajobs.tasks import CancelWatch
 from durajobs.tracing import job_span, spans_active
 from durajobs.wake import QueueWake
 
@@ -248,6 +249,9 @@ class Worker:
     async def run(self, *, install_signal_handlers: bool = False) -> None:
         """Run until `stop()` or `drain()`; the drain waits at most `drain_deadline`."""
         loop = self._event_loop = asyncio.get_running_loop()
+        # the pool's wait for a connection can drop a cancel (durajobs.tasks): the claim loop
+        # checks this, or the task running the worker claims on until the next cancel
+        cancel = CancelWatch()
         # plain def handlers get a thread per slot, on a pool of the worker's own
         executor = ThreadPoolExecutor(max_workers=self.capacity, thread_name_prefix="durajobs-job")
         self._executor = executor
@@ -280,7 +284,7 @@ class Worker:
                 self._wake.start()
             log.info("jobs.worker.started", extra={"worker": self.worker_id, "queues": self.queues})
             try:
-                await self._loop()
+                await self._loop(cancel)
             except asyncio.CancelledError:
                 # the task running the worker was cancelled (a TaskGroup, a timeout, Ctrl-C
                 # under asyncio.run): drain as SIGTERM would, or held attempts would run on
@@ -339,9 +343,10 @@ class Worker:
 
     # -- the claim loop --------------------------------------------------------------------
 
-    async def _loop(self) -> None:
+    async def _loop(self, cancel: CancelWatch) -> None:
         wait = self.poll_floor
         while self._accepting:
+            cancel.check()
             self._kick.clear()
             try:
                 claimed = await self._pass()
@@ -349,6 +354,7 @@ class Worker:
                 # a failed pass never kills the loop: re-arm at the floor
                 log.error("jobs.worker.claim-failed", extra={"error": str(failure)})
                 claimed, wait = 0, self.poll_floor
+            cancel.check()
             if not self._accepting:
                 break
             timeout: float | None

@@ -19,6 +19,7 @@ import pytest
 from pydantic import BaseModel
 
 import durajobs
+from dropped_cancel import CancelDropper, ended_within
 from durajobs import calls
 from durajobs.errors import Invariant, JobDuplicate
 from durajobs.relay import DEFAULT_CLAIM_LEASE, OutboxRelay
@@ -660,6 +661,33 @@ def test_stop_during_a_slow_publish_returns_after_the_mark(database_url, queue_u
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
     assert _outbox(database_url) == [(s.id, relay.relay_id, True, True) for s in (a, b)]
     assert _jobs(queue_url) == sorted((s.id, s.run_id) for s in (a, b))
+
+
+def test_a_cancel_the_opening_dropped_still_stops_the_relay(database_url):
+    # opening waits on the pool, which can drop a cancel: the relay polled on as if never asked
+    relay = OutboxRelay(database_url, listen=False, interval="20ms")
+    dropper = CancelDropper()
+    real_open = relay.open
+
+    async def open_that_drops_a_cancel() -> None:
+        await real_open()
+        await dropper.park()
+
+    relay.open = open_that_drops_a_cancel  # type: ignore[method-assign]
+
+    async def scenario() -> tuple[bool, bool]:
+        running = asyncio.ensure_future(relay.run())
+        async with asyncio.timeout(10):
+            await dropper.entered.wait()
+        running.cancel()
+        ended = await ended_within(running, 3)
+        return ended, running.cancelled()
+
+    ended, cancelled = asyncio.run(scenario())
+    assert dropper.dropped
+    assert ended, "the relay polled on after its one cancel was dropped"
+    assert cancelled
+    assert relay.source.pool.closed
 
 
 # --- R20 / item 111: a pass that raises re-arms the loop ---------------------------------------

@@ -10,6 +10,7 @@ import pytest
 from pydantic import BaseModel
 
 import durajobs
+from dropped_cancel import CancelDropper, ended_within
 from durajobs import calls
 from durajobs.durations import DeclarationInvalid
 from durajobs.scheduler import Scheduler
@@ -590,6 +591,33 @@ def test_an_abandoned_round_keeps_the_lease(database_url):
     with psycopg.connect(database_url, autocommit=True) as connection:
         holders = connection.execute("select holder from jobs.scheduler_leases").fetchall()
     assert holders == [("abandoned",)]
+
+
+def test_a_cancel_a_round_dropped_still_stops_the_scheduler(database_url):
+    # a round waits for pooled connections, whose wait can drop a cancel: the scheduler ticked on
+    registry = _app(database_url)
+    node = Scheduler(registry, database_url, clock=Clock(START), holder="dropped", tick="50ms")
+    dropper = CancelDropper()
+    real_tick = node.tick_once
+
+    async def tick_that_drops_a_cancel() -> int:
+        await dropper.park()
+        return await real_tick()
+
+    node.tick_once = tick_that_drops_a_cancel  # type: ignore[method-assign]
+
+    async def scenario() -> tuple[bool, bool]:
+        running = asyncio.ensure_future(node.run())
+        async with asyncio.timeout(10):
+            await dropper.entered.wait()
+        running.cancel()
+        ended = await ended_within(running, 3)
+        return ended, running.cancelled()
+
+    ended, cancelled = asyncio.run(scenario())
+    assert dropper.dropped
+    assert ended, "the scheduler ticked on after its one cancel was dropped"
+    assert cancelled
 
 
 def test_two_schedulers_on_one_pool_still_elect_one_leader(database_url):

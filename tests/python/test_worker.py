@@ -14,6 +14,7 @@ import pytest
 from pydantic import BaseModel
 
 import durajobs
+from dropped_cancel import CancelDropper, ended_within
 from durajobs import calls
 from durajobs.errors import ConfigInvalid
 from durajobs.retry import RetryPolicy
@@ -1253,6 +1254,35 @@ def test_a_second_cancel_still_forgets_the_registry_row(database_url, turns):
     asyncio.run(scenario())
     assert _rows(database_url, "select count(*) from jobs.workers") == [(0,)]
     assert worker.db.pool.closed
+
+
+def test_a_cancel_the_claim_dropped_still_stops_the_worker(database_url):
+    # psycopg_pool's wait for a connection can drop a cancel: the worker claimed on as if never
+    # cancelled, until a second cancel came (1 double-cancelled worker in about 10 right after
+    # its start)
+    worker = Worker(_registry(database_url), database_url, queues=["default"], listen=False)
+    dropper = CancelDropper()
+    real_pass = worker._pass
+
+    async def pass_that_drops_a_cancel() -> int:
+        await dropper.park()
+        return await real_pass()
+
+    worker._pass = pass_that_drops_a_cancel  # type: ignore[method-assign]
+
+    async def scenario() -> tuple[bool, bool]:
+        runner = asyncio.ensure_future(worker.run())
+        async with asyncio.timeout(10):
+            await dropper.entered.wait()
+        runner.cancel()
+        ended = await ended_within(runner, 3)
+        return ended, runner.cancelled()
+
+    ended, cancelled = asyncio.run(scenario())
+    assert dropper.dropped
+    assert ended, "the worker ran on after its one cancel was dropped"
+    assert cancelled
+    assert _rows(database_url, "select count(*) from jobs.workers") == [(0,)]
 
 
 def test_drain_from_another_thread_interrupts_held_work(database_url):
