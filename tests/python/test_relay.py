@@ -19,7 +19,7 @@ import pytest
 from pydantic import BaseModel
 
 import durajobs
-from dropped_cancel import CancelDropper, ended_within
+from dropped_cancel import CancelDropper, cancel_once_while_parked
 from durajobs import calls
 from durajobs.errors import Invariant, JobDuplicate
 from durajobs.relay import DEFAULT_CLAIM_LEASE, OutboxRelay
@@ -667,23 +667,9 @@ def test_a_cancel_the_opening_dropped_still_stops_the_relay(database_url):
     # opening waits on the pool, which can drop a cancel: the relay polled on as if never asked
     relay = OutboxRelay(database_url, listen=False, interval="20ms")
     dropper = CancelDropper()
-    real_open = relay.open
+    relay.open = dropper.ahead_of(relay.open)  # type: ignore[method-assign]
 
-    async def open_that_drops_a_cancel() -> None:
-        await real_open()
-        await dropper.park()
-
-    relay.open = open_that_drops_a_cancel  # type: ignore[method-assign]
-
-    async def scenario() -> tuple[bool, bool]:
-        running = asyncio.ensure_future(relay.run())
-        async with asyncio.timeout(10):
-            await dropper.entered.wait()
-        running.cancel()
-        ended = await ended_within(running, 3)
-        return ended, running.cancelled()
-
-    ended, cancelled = asyncio.run(scenario())
+    ended, cancelled = cancel_once_while_parked(relay.run, dropper)
     assert dropper.dropped
     assert ended, "the relay polled on after its one cancel was dropped"
     assert cancelled

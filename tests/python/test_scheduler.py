@@ -10,7 +10,7 @@ import pytest
 from pydantic import BaseModel
 
 import durajobs
-from dropped_cancel import CancelDropper, ended_within
+from dropped_cancel import CancelDropper, cancel_once_while_parked
 from durajobs import calls
 from durajobs.durations import DeclarationInvalid
 from durajobs.scheduler import Scheduler
@@ -598,23 +598,9 @@ def test_a_cancel_a_round_dropped_still_stops_the_scheduler(database_url):
     registry = _app(database_url)
     node = Scheduler(registry, database_url, clock=Clock(START), holder="dropped", tick="50ms")
     dropper = CancelDropper()
-    real_tick = node.tick_once
+    node.tick_once = dropper.ahead_of(node.tick_once)  # type: ignore[method-assign]
 
-    async def tick_that_drops_a_cancel() -> int:
-        await dropper.park()
-        return await real_tick()
-
-    node.tick_once = tick_that_drops_a_cancel  # type: ignore[method-assign]
-
-    async def scenario() -> tuple[bool, bool]:
-        running = asyncio.ensure_future(node.run())
-        async with asyncio.timeout(10):
-            await dropper.entered.wait()
-        running.cancel()
-        ended = await ended_within(running, 3)
-        return ended, running.cancelled()
-
-    ended, cancelled = asyncio.run(scenario())
+    ended, cancelled = cancel_once_while_parked(node.run, dropper)
     assert dropper.dropped
     assert ended, "the scheduler ticked on after its one cancel was dropped"
     assert cancelled

@@ -14,7 +14,7 @@ import pytest
 from pydantic import BaseModel
 
 import durajobs
-from dropped_cancel import CancelDropper, ended_within
+from dropped_cancel import CancelDropper, cancel_once_while_parked
 from durajobs import calls
 from durajobs.errors import ConfigInvalid
 from durajobs.retry import RetryPolicy
@@ -1262,23 +1262,9 @@ def test_a_cancel_the_claim_dropped_still_stops_the_worker(database_url):
     # its start)
     worker = Worker(_registry(database_url), database_url, queues=["default"], listen=False)
     dropper = CancelDropper()
-    real_pass = worker._pass
+    worker._pass = dropper.ahead_of(worker._pass)  # type: ignore[method-assign]
 
-    async def pass_that_drops_a_cancel() -> int:
-        await dropper.park()
-        return await real_pass()
-
-    worker._pass = pass_that_drops_a_cancel  # type: ignore[method-assign]
-
-    async def scenario() -> tuple[bool, bool]:
-        runner = asyncio.ensure_future(worker.run())
-        async with asyncio.timeout(10):
-            await dropper.entered.wait()
-        runner.cancel()
-        ended = await ended_within(runner, 3)
-        return ended, runner.cancelled()
-
-    ended, cancelled = asyncio.run(scenario())
+    ended, cancelled = cancel_once_while_parked(worker.run, dropper)
     assert dropper.dropped
     assert ended, "the worker ran on after its one cancel was dropped"
     assert cancelled
