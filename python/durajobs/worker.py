@@ -147,6 +147,9 @@ class Worker:
         self.keep_executions = False
         self._executor: ThreadPoolExecutor | None = None
         self._chores: set[asyncio.Task[None]] = set()
+        # a claim whose wait a cancel cut: its statement may have committed, so its rows are
+        # this worker's to hand back before the pool closes
+        self._cut_claim: asyncio.Future[list[ClaimedJob]] | None = None
         self._registered = False
         self.idle_waits: list[
             float
@@ -305,8 +308,11 @@ class Worker:
             await asyncio.shield(self._teardown)
 
     async def _close_resources(self, executor: ThreadPoolExecutor) -> None:
-        """Give back what run() took: the wake, the registry row, the metrics port, the pool."""
+        """Give back what run() took: the rows of a cut claim, the wake, the registry row, the
+        metrics port, the pool."""
         try:
+            if self._cut_claim is not None:
+                await self._hand_back(self._cut_claim)
             if self._wake is not None:
                 await self._wake.stop()
             if self._registered:
@@ -419,19 +425,45 @@ class Worker:
             asked - self._lapsed_scanned.get(queue, -math.inf) >= LAPSED_SCAN_INTERVAL
             for queue in queues
         )
-        rows = await self.db.run(
-            calls.claim(
-                queues,
-                self.worker_id,
-                batch_size=size,
-                visibility=self.visibility,
-                drop_exhausted=dropping,
-                recover_lapsed=recover,
+        claiming = asyncio.ensure_future(
+            self.db.run(
+                calls.claim(
+                    queues,
+                    self.worker_id,
+                    batch_size=size,
+                    visibility=self.visibility,
+                    drop_exhausted=dropping,
+                    recover_lapsed=recover,
+                )
             )
         )
+        try:
+            # shielded: a cancel reaching the statement after it committed on the server would
+            # throw its rows away, to come back only when their leases lapse, each one counted
+            rows = await asyncio.shield(claiming)
+        except asyncio.CancelledError:
+            self._cut_claim = claiming  # handed back by the teardown
+            raise
         # a full batch or a burial may have left lapsed rows behind: look again on the next claim
         if recover and len(rows) < size and not any(row.buried for row in rows):
             self._lapsed_scanned.update(dict.fromkeys(queues, asked))
+        return await self._take(rows, asked)
+
+    async def _hand_back(self, claiming: asyncio.Future[list[ClaimedJob]]) -> None:
+        """Wait for a cut claim's answer (within the drain's budget) and give its rows back."""
+        try:
+            async with asyncio.timeout(self.drain_time_left()):
+                rows = await claiming
+        except Exception as failure:  # TimeoutError included: the rows lapse, as on a crash
+            log.error("jobs.worker.claim-lost", extra={"error": repr(failure)})
+            return
+        self._accepting = False  # already so after a drain: every row goes back uncounted
+        await self._take(rows, time.monotonic())
+        await asyncio.gather(*self._chores, return_exceptions=True)
+
+    async def _take(self, rows: list[ClaimedJob], asked: float) -> int:
+        """Start the claimed rows (or hand them back uncounted once draining) and announce the
+        buried ones; answer how many started."""
         started = 0
         # claimed rows start first: a slow on_settled hook of a buried row must not eat into
         # their leases

@@ -633,6 +633,61 @@ def test_a_drain_during_a_claim_hands_the_claimed_rows_back(database_url):
     )
 
 
+@pytest.mark.parametrize("cancels", [1, 2])
+def test_a_cancel_during_a_claim_hands_the_claimed_rows_back(database_url, cancels):
+    # a claim's statement can commit just before the cancel of the worker's task reaches it:
+    # the answer was thrown away and the rows stayed running under a gone worker until their
+    # leases lapsed, each a counted attempt (a last attempt dead-lettered, never run)
+    registry = _registry(database_url)
+
+    @registry.job(
+        name="cut",
+        input=Item,
+        idempotency_key=lambda i: i.key,
+        tenant="none",
+        retry=RetryPolicy.of(attempts=1),
+    )
+    async def cut(ctx):
+        raise AssertionError("nothing may start after the cancel")
+
+    for n in range(3):
+        cut.enqueue({"key": f"k{n}"})
+    worker = Worker(registry, database_url, listen=False)
+    real_run = worker.db.run
+    answered = asyncio.Event()
+
+    async def answer_in_transit(call):
+        answer = await real_run(call)
+        if call.function == "jobs.claim_v3" and answer:
+            answered.set()
+            await asyncio.sleep(1)  # committed on the server, the answer still on its way
+        return answer
+
+    worker.db.run = answer_in_transit  # type: ignore[method-assign]
+
+    async def scenario() -> None:
+        runner = asyncio.ensure_future(worker.run())
+        async with asyncio.timeout(10):
+            await answered.wait()
+        for _ in range(cancels):
+            runner.cancel()
+            await asyncio.sleep(0)
+        with pytest.raises(asyncio.CancelledError):
+            async with asyncio.timeout(10):
+                await runner
+        # a second cancel returns at once; the shielded teardown goes on (asyncio.run would
+        # cancel it on leaving)
+        async with asyncio.timeout(10):
+            while not worker.db.pool.closed:
+                await asyncio.sleep(0.02)
+
+    asyncio.run(scenario())
+    assert (
+        _rows(database_url, "select state, attempt from jobs.jobs order by id")
+        == [("ready", 0)] * 3
+    )
+
+
 def test_a_listener_that_never_hears_its_probe_stays_unverified(database_url, caplog):
     """R59: a proxy that swallows LISTEN must not raise the idle ceiling."""
     from durajobs.wake import QueueWake
