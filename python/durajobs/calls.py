@@ -26,6 +26,7 @@ from durajobs.records import (
     EventLookup,
     JobSummary,
     OutboxRecord,
+    PurgeResult,
     QueueDepth,
     QueueStat,
     Row,
@@ -605,6 +606,23 @@ def counter_totals(*, since: datetime | None = None) -> Call[list[CounterTotal]]
     return _call(
         "jobs.counter_totals", CounterTotal.COLUMNS, arguments, _all(CounterTotal.from_row)
     )
+
+
+def purge(
+    *,
+    done_after: timedelta | None = None,
+    ended_after: timedelta | None = None,
+    published_after: timedelta | None = None,
+    batch_size: int | None = None,
+) -> Call[PurgeResult]:
+    """`jobs.purge`: one batch of what outlived its window; None keeps the function's default."""
+    arguments = {
+        "done_after": done_after,
+        "ended_after": ended_after,
+        "published_after": published_after,
+        "batch_size": batch_size,
+    }
+    return _call("jobs.purge", "jobs, steps, outbox, events", arguments, _one(PurgeResult.from_row))
 
 
 def rollup_counters() -> Call[dict[str, int]]:

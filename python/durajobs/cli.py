@@ -13,7 +13,13 @@ from collections.abc import Sequence
 from dataclasses import asdict
 from typing import Any
 
-from durajobs.cli_support import database_url, instant, load_registry
+from durajobs.cli_support import (
+    add_retention_options,
+    database_url,
+    instant,
+    load_registry,
+    retention_from,
+)
 from durajobs.client import Client
 from durajobs.errors import DurajobsError, JobInputInvalid
 from durajobs.migrations import HEAD, migrate
@@ -94,6 +100,7 @@ def _cmd_worker(args: argparse.Namespace) -> int:
     registry = load_registry(args.app)
     queues = [q for q in args.queues.split(",") if q] if args.queues else None
     url = database_url(args.database_url)
+    retention = retention_from(args)  # refused here, before anything starts
     worker = Worker(
         registry,
         url,
@@ -113,7 +120,7 @@ def _cmd_worker(args: argparse.Namespace) -> int:
             return
         from durajobs.scheduler import Scheduler
 
-        scheduler = Scheduler(registry, url)
+        scheduler = Scheduler(registry, url, retention=retention)
         scheduling = asyncio.ensure_future(scheduler.run())
         try:
             await worker.run(install_signal_handlers=True)
@@ -163,7 +170,9 @@ def _cmd_scheduler(args: argparse.Namespace) -> int:
     from durajobs.scheduler import Scheduler
 
     configure()
-    scheduler = Scheduler(load_registry(args.app), database_url(args.database_url))
+    scheduler = Scheduler(
+        load_registry(args.app), database_url(args.database_url), retention=retention_from(args)
+    )
 
     async def run() -> None:
         loop = asyncio.get_running_loop()
@@ -223,10 +232,12 @@ def _parser() -> argparse.ArgumentParser:
     worker_command.add_argument(
         "--metrics-host", default="0.0.0.0", help="address the metrics server binds (0.0.0.0)"
     )
+    add_retention_options(worker_command, sweeping=True)  # with --with-scheduler
     worker_command.set_defaults(run=_cmd_worker)
 
     scheduler_command = with_database(commands.add_parser("scheduler", help="run the scheduler"))
     scheduler_command.add_argument("--app", required=True, help="module:registry to schedule")
+    add_retention_options(scheduler_command, sweeping=True)
     scheduler_command.set_defaults(run=_cmd_scheduler)
 
     relay_command = with_database(commands.add_parser("relay", help="run the outbox relay"))

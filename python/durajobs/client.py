@@ -23,12 +23,14 @@ from durajobs.records import (
     CounterTotal,
     EnqueueResult,
     JobSummary,
+    PurgeResult,
     QueueDepth,
     QueueStat,
     SettleResult,
     StepRecord,
     WorkerRecord,
 )
+from durajobs.retention import Retention
 from durajobs.states import HeartbeatAnswer, NackTarget, StepStatus
 from durajobs.tracing import current_traceparent, stamped
 
@@ -39,7 +41,7 @@ T = TypeVar("T")
 
 # the oldest schema this package speaks; a newer one keeps the versioned worker protocol
 # (claim_v1, ...) it was built against for one release, so a rolling deploy runs both
-SCHEMA_VERSION = 10
+SCHEMA_VERSION = 11
 
 # undefined_function, invalid_schema_name, undefined_table: the schema is not installed
 _NOT_INSTALLED = {"42883", "3F000", "42P01"}
@@ -272,3 +274,8 @@ class Client:
 
     def rollup_counters(self) -> dict[str, int]:
         return self.run(calls.rollup_counters())
+
+    def purge(self, retention: Retention | None = None) -> PurgeResult:
+        """One `jobs.purge` call with `retention`'s windows (the defaults without one); call
+        again while `retention.more_after(answer)`."""
+        return self.run((retention or Retention()).call())

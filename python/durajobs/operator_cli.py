@@ -12,6 +12,8 @@ URL and registry helpers.
     durajobs jobs promote ID
     durajobs jobs bulk requeue|remove|promote --state S [--queue Q] [--name N] [--tenant T]
                        [--until-done]
+    durajobs jobs purge [--keep-done D] [--keep-ended D] [--keep-published D]
+                        [--purge-batch N] [--until-done]
     durajobs queues [list]
     durajobs queues pause Q [--by WHO]
     durajobs queues resume Q
@@ -47,6 +49,8 @@ zone), intervals are seconds. The keys are stable:
                     "ok": true}
     jobs bulk      {"action": "requeued" | "removed" | "promoted", "affected": rows moved in
                     all calls, "remaining": what a next call could still move, "calls": n}
+    jobs purge     {"jobs", "steps", "outbox", "events": rows deleted in all calls,
+                    "calls": n, "more": bool (the last call filled a batch: call again)}
     queues         {"queues": [{"queue", "ready", "delayed", "running", "suspended", "dead",
                     "oldest_ready_age_seconds", "paused", "depth"}, ...]}
     queues pause|resume
@@ -71,13 +75,20 @@ from __future__ import annotations
 import argparse
 import json
 from collections.abc import Callable, Sequence
+from dataclasses import asdict
 from datetime import UTC, datetime, timedelta
 from textwrap import indent
 from typing import TYPE_CHECKING, Any, TypeAlias
 from uuid import UUID
 
 from durajobs import calls, render
-from durajobs.cli_support import database_url, instant, load_registry
+from durajobs.cli_support import (
+    add_retention_options,
+    database_url,
+    instant,
+    load_registry,
+    retention_from,
+)
 from durajobs.client import Client
 from durajobs.errors import (
     ArgumentInvalid,
@@ -93,6 +104,7 @@ from durajobs.records import (
     CounterRow,
     CounterTotal,
     JobSummary,
+    PurgeResult,
     QueueDepth,
     QueueStat,
     TaskState,
@@ -439,6 +451,30 @@ def _cmd_jobs_bulk(args: argparse.Namespace) -> int:
     return _answer(args, document, human)
 
 
+# -- jobs purge -----------------------------------------------------------------------------
+
+
+def _cmd_jobs_purge(args: argparse.Namespace) -> int:
+    retention = retention_from(args)
+    assert retention is not None  # `jobs purge` has no --no-purge
+    deleted, made = PurgeResult(0, 0, 0, 0), 0
+    with _connect(args) as client:
+        while True:
+            answer = client.run(retention.call())
+            deleted, made = deleted + answer, made + 1
+            more = retention.more_after(answer)
+            if not (args.until_done and more):
+                break
+    document = {**asdict(deleted), "calls": made, "more": more}
+    human = (
+        f"purged {deleted.jobs} job(s), {deleted.steps} step(s), {deleted.outbox} outbox row(s)"
+        f" and {deleted.events} event(s) in {made} call(s)"
+    )
+    if more:
+        human += "; more is left (run it again, or pass --until-done)"
+    return _answer(args, document, human)
+
+
 # -- queues ---------------------------------------------------------------------------------
 
 
@@ -770,6 +806,15 @@ def _add_jobs_bulk(actions: Subcommands, with_database: WithDatabase) -> None:
     )
 
 
+def _add_jobs_purge(actions: Subcommands, with_database: WithDatabase) -> None:
+    about = "delete what outlived its retention window, a batch a call"
+    purge = _leaf(actions, "purge", about, _cmd_jobs_purge, with_database)
+    add_retention_options(purge, sweeping=False)
+    purge.add_argument(
+        "--until-done", action="store_true", help="call again while a call fills a batch"
+    )
+
+
 def _add_queues(commands: Subcommands, with_database: WithDatabase) -> None:
     about = "what each queue holds; pause, resume, depth"
     queues = _leaf(commands, "queues", about, _cmd_queues_list, with_database)
@@ -815,6 +860,7 @@ def add_operator_commands(commands: Subcommands, with_database: WithDatabase) ->
     _add_jobs_list(actions, with_database)
     _add_jobs_actions(actions, with_database)
     _add_jobs_bulk(actions, with_database)
+    _add_jobs_purge(actions, with_database)
     _add_queues(commands, with_database)
     _add_tasks(commands, with_database)
     _leaf(commands, "workers", "the live workers", _cmd_workers, with_database)

@@ -246,6 +246,32 @@ class BulkResult:
 
 
 @dataclass(frozen=True, slots=True)
+class PurgeResult:
+    """What one jobs.purge call deleted: jobs, steps, outbox rows and events."""
+
+    jobs: int
+    steps: int
+    outbox: int
+    events: int
+
+    @classmethod
+    def from_row(cls, row: Row) -> PurgeResult:
+        return cls(*row)
+
+    @property
+    def deleted(self) -> int:
+        return self.jobs + self.steps + self.outbox + self.events
+
+    def __add__(self, other: PurgeResult) -> PurgeResult:
+        return PurgeResult(
+            self.jobs + other.jobs,
+            self.steps + other.steps,
+            self.outbox + other.outbox,
+            self.events + other.events,
+        )
+
+
+@dataclass(frozen=True, slots=True)
 class WorkerRecord:
     """One live worker of jobs.workers_live."""
 

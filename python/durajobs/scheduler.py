@@ -6,7 +6,7 @@ jobs.scheduler_lead, and standbys ask at the same interval. The leader keeps wat
 memory, so an idle minute costs the six lease renewals whatever the number of tasks; it reads a
 task only when arming it. A fire is one call (jobs.scheduler_fire) whose watermark fence makes a
 repeat, or a fire by a node that lost the lead mid-round, enqueue nothing. The leader also runs
-the maintenance that other parts add, once a minute.
+the maintenance that other parts add, once a minute, and the retention sweep once an hour.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from durajobs import calls
 from durajobs.database import AsyncDatabase
 from durajobs.declarations import Registry
 from durajobs.durations import Duration, parse_duration
+from durajobs.retention import Retention, RetentionSweep
 from durajobs.schedule import Task
 from durajobs.tasks import CancelWatch
 
@@ -32,6 +33,7 @@ TICK = timedelta(seconds=1)
 RENEW_EVERY = timedelta(seconds=10)
 LEASE_TTL = timedelta(seconds=30)  # three renewals
 MAINTENANCE_EVERY = timedelta(minutes=1)
+DEFAULT_RETENTION = Retention()
 
 Clock = Callable[[], datetime]
 Maintenance = Callable[[AsyncDatabase], Awaitable[None]]
@@ -61,6 +63,7 @@ class Scheduler:
         renew_every: Duration = RENEW_EVERY,
         clock: Clock = utc_now,
         maintenance: list[Maintenance] | None = None,
+        retention: Retention | None = DEFAULT_RETENTION,
     ) -> None:
         self.registry = registry
         self.holder = holder or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
@@ -68,8 +71,10 @@ class Scheduler:
         self.renew_every = parse_duration(renew_every, field="renew_every")
         self.ttl = self.renew_every * 3
         self.clock = clock
-        # the counters' rollup is the leader's own chore: once a minute, idempotent
-        self.maintenance = [rollup_counters, *(maintenance or [])]
+        # the leader's own chores, asked once a minute: the counters' rollup (idempotent) and,
+        # unless retention is None, the hourly purge of what outlived its window
+        sweeps: list[Maintenance] = [] if retention is None else [RetentionSweep(retention)]
+        self.maintenance = [rollup_counters, *sweeps, *(maintenance or [])]
         self.db = AsyncDatabase(database_url, max_size=2)
         self.leading = False
         self._lease_until = datetime.min.replace(tzinfo=UTC)

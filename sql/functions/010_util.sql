@@ -4,14 +4,14 @@
 
 -- jobs.version: the installed schema version; the Python package refuses an older one.
 -- Answers an integer. Raises nothing. Introduced in revision 0001; since then it answers the
--- number of the newest revision installed (10 since revision 0010).
+-- number of the newest revision installed (11 since revision 0011).
 create function jobs.version()
 returns integer
 language sql
 stable
 set search_path = pg_catalog, pg_temp
 as $$
-  select 10
+  select 11
 $$;
 
 -- jobs._now: the one clock every function reads. A test pins it with

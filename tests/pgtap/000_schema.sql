@@ -102,10 +102,12 @@ select has_index('jobs', 'jobs', 'jobs_queue_created_idx', array['queue', 'creat
                  'the queue listing index is (queue, created_at, id)');
 select indexes_are('jobs', 'jobs',
                    array['jobs_pkey', 'jobs_name_tenant_idempotency_live_idx', 'jobs_claim_idx',
-                         'jobs_lease_idx', 'jobs_queue_created_idx', 'jobs_dead_idx'],
+                         'jobs_lease_idx', 'jobs_queue_created_idx', 'jobs_dead_idx',
+                         'jobs_done_idx', 'jobs_ended_idx'],
                    'jobs.jobs carries no index the functions do not use (each costs every insert '
                    'and, as no update is HOT, every claim and settle it covers); since revision '
-                   '0008 none on (created_at, id) alone');
+                   '0008 none on (created_at, id) alone; since 0011 the two of finished rows by '
+                   'age that jobs.purge walks');
 select has_index('jobs', 'jobs', 'jobs_dead_idx', array['queue'],
                  'the dead-rows index is on queue');
 select ok(
@@ -128,7 +130,7 @@ select col_is_unique('jobs', 'error_codes', 'sqlstate', 'no two codes share a sq
 select types_are('jobs', array['enqueue_result', '_enqueue_request', 'claimed_job', 'settle_result',
                                'step_record', 'queue_stat', 'outbox_record', 'event_lookup',
                                'task_state', 'job_summary', 'bulk_result', 'counter_row',
-                               'queue_depth_row'],
+                               'queue_depth_row', 'purge_result'],
                  'schema jobs declares the answer types');
 select has_composite('jobs', 'enqueue_result', 'jobs.enqueue_result exists');
 

@@ -50,9 +50,9 @@ def test_up_down_up_leaves_the_applications_own_alembic_history_alone(empty_data
     durajobs.migrate(empty_database_url)
 
     with psycopg.connect(empty_database_url, autocommit=True) as connection:
-        assert connection.execute("select jobs.version()").fetchone() == (10,)
+        assert connection.execute("select jobs.version()").fetchone() == (11,)
         assert connection.execute("select version_num from jobs.alembic_version").fetchall() == [
-            ("0010",)
+            ("0011",)
         ]
         assert connection.execute("select version_num from public.alembic_version").fetchall() == [
             ("app_0042",)
@@ -71,11 +71,11 @@ def _as_url(conninfo: str) -> str:
     return f"postgresql://{credentials}@{host}:{port}/{parts['dbname']}"
 
 
-@pytest.mark.parametrize("revision", ["0001", "0009"])
+@pytest.mark.parametrize("revision", ["0001", "0010"])
 def test_each_revision_downgrades_to_exactly_the_one_before(make_empty_database, revision):
     """Up to head, down to a revision: the catalogue equals a database that stopped there
-    (0001: every downgrade in turn; 0009: the one before head, whose jobs._announce and
-    jobs._uuid_v7 0010 replaces)."""
+    (0001: every downgrade in turn; 0010: the one before head, which 0011's retention
+    indexes, type and jobs.purge are added to)."""
     stepped, stopped = make_empty_database(), make_empty_database()
     durajobs.migrate(stepped)
     durajobs.downgrade(stepped, revision)
@@ -85,7 +85,7 @@ def test_each_revision_downgrades_to_exactly_the_one_before(make_empty_database,
         assert connection.execute("select jobs.version()").fetchone() == (int(revision),)
     durajobs.migrate(stepped)  # and up again
     with psycopg.connect(stepped, autocommit=True) as connection:
-        assert connection.execute("select jobs.version()").fetchone() == (10,)
+        assert connection.execute("select jobs.version()").fetchone() == (11,)
 
 
 def test_an_installation_at_the_previous_revision_upgrades_to_head(make_empty_database):
@@ -135,12 +135,12 @@ def test_the_package_refuses_a_schema_older_than_it_needs(database_url):
     _set_version(database_url, 0)
     with pytest.raises(SchemaVersionMismatch, match="durajobs migrate") as raised:
         durajobs.Client.connect(database_url)
-    assert raised.value.detail == {"expected": 10, "installed": 0}
+    assert raised.value.detail == {"expected": 11, "installed": 0}
 
 
 def test_a_newer_schema_is_accepted_during_a_rolling_deploy(database_url):
     """A newer revision keeps the _v1 worker protocol, so old workers keep running."""
-    _set_version(database_url, 11)
+    _set_version(database_url, 12)
     with durajobs.Client.connect(database_url) as client:
         assert client.claim(["default"], "old-worker") == []
 

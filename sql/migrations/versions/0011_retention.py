@@ -1,0 +1,27 @@
+"""retention: jobs.purge
+
+Revision ID: 0011
+Revises: 0010
+Create Date: 2026-12-01
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from durajobs.migrations import apply_sql_file
+
+revision = "0011"
+down_revision = "0010"
+branch_labels = None
+depends_on = None
+
+HERE = Path(__file__).parent
+
+
+def upgrade() -> None:
+    apply_sql_file(HERE / f"{revision}_upgrade.sql")
+
+
+def downgrade() -> None:
+    apply_sql_file(HERE / f"{revision}_downgrade.sql")

@@ -1,0 +1,185 @@
+-- Revision 0011 up: retention. jobs.purge deletes, a bounded batch a call, what has outlived its
+-- window: done jobs after 14 days, failed, dead and cancelled jobs after 90 (from finished_at),
+-- the steps of runs whose last row went, outbox rows published more than 7 days ago, and
+-- expired events. Before, every table kept its history until an operator removed it by hand,
+-- and the events table only grew. Two partial indexes order the finished rows by age, one per
+-- window (an ack adds one index entry). Schema version 11. Frozen: never edit after release; a
+-- change ships as a new revision.
+
+-- jobs.version: the installed schema version; the Python package refuses an older one.
+-- Answers an integer. Raises nothing. Introduced in revision 0001; since then it answers the
+-- number of the newest revision installed (11 since revision 0011).
+create or replace function jobs.version()
+returns integer
+language sql
+stable
+set search_path = pg_catalog, pg_temp
+as $$
+  select 11
+$$;
+
+-- >>> sql/functions/190_purge.sql
+-- 190_purge: retention. What has outlived its window is deleted a bounded batch a call, so the
+-- tables stop growing with history: finished jobs, the steps of runs no row is left of,
+-- published outbox rows and expired events.
+--
+-- Tables: jobs.jobs, jobs.steps, jobs.outbox, jobs.events (delete). Lock order: job rows (skip
+-- locked), then their runs' steps, then outbox rows (skip locked), then events (skip locked).
+-- Calls are serialised by a transaction-scoped advisory lock: two purges splitting one run
+-- between them would each see the other's row still standing and leave the run's steps behind.
+-- One clock reading a call (jobs._now()).
+-- Introduced in revision 0011.
+
+-- the finished rows by age, one index per window: with one index for both, every call would walk
+-- the whole band of failed and dead rows kept for 90 days before reaching the done rows that
+-- came of age. A finished row is in exactly one of them, so an ack adds one index entry.
+create index jobs_done_idx
+  on jobs.jobs (finished_at)
+  where state = 'done';
+
+create index jobs_ended_idx
+  on jobs.jobs (finished_at)
+  where state in ('failed', 'dead', 'cancelled');
+
+create type jobs.purge_result as (
+  jobs integer,
+  steps integer,
+  outbox integer,
+  events integer
+);
+
+-- jobs.purge: delete, a batch each, done jobs finished more than done_after ago; failed, dead
+-- and cancelled jobs finished more than ended_after ago; the steps of the runs whose last row
+-- went; outbox rows published more than published_after ago; events past their expiry.
+-- Never a live job (ready, delayed, running, suspended), never an unpublished outbox row, and
+-- never a finished job that an unpublished outbox row of this database names (its relay
+-- published it and stopped before marking the row: the job must stay to meet the next publish,
+-- or it would run again).
+-- Arguments: done_after (default 14 days), ended_after (90 days), published_after (7 days),
+-- batch_size (1..10000, default 1000: at most that many jobs of each window, outbox rows and
+-- events a call). Answers (jobs, steps, outbox, events) deleted; call again until all are 0.
+-- Raises X_ARGUMENT_INVALID. Locks: see the file's head. Introduced in revision 0011.
+create function jobs.purge(
+  done_after interval default interval '14 days',
+  ended_after interval default interval '90 days',
+  published_after interval default interval '7 days',
+  batch_size integer default 1000
+)
+returns jobs.purge_result
+language plpgsql
+volatile
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+  v_now timestamptz := jobs._now();
+  v_done integer;
+  v_ended integer;
+  v_steps integer := 0;
+  v_outbox integer;
+  v_events integer;
+  v_runs uuid[];
+  v_more uuid[];
+begin
+  if done_after is null or done_after < interval '0' then
+    perform jobs._invalid('jobs.purge', 'done_after', 'must be an interval of 0 or more');
+  end if;
+  if ended_after is null or ended_after < interval '0' then
+    perform jobs._invalid('jobs.purge', 'ended_after', 'must be an interval of 0 or more');
+  end if;
+  if published_after is null or published_after < interval '0' then
+    perform jobs._invalid('jobs.purge', 'published_after', 'must be an interval of 0 or more');
+  end if;
+  if batch_size is null or batch_size < 1 or batch_size > 10000 then
+    perform jobs._invalid('jobs.purge', 'batch_size', 'must be between 1 and 10000');
+  end if;
+
+  perform pg_advisory_xact_lock(hashtext('jobs.purge'));
+
+  with batch as materialized (
+    select j.id
+      from jobs.jobs j
+     where j.state = 'done'
+       and j.finished_at < v_now - purge.done_after
+       and not exists (
+         select 1 from jobs.outbox o where o.id = j.id and o.published_at is null
+       )
+     order by j.finished_at
+     limit purge.batch_size
+       for update skip locked
+  ),
+  removed as (
+    delete from jobs.jobs j
+     using batch b
+     where j.id = b.id
+    returning j.run_id
+  )
+  select count(*), coalesce(array_agg(distinct r.run_id), '{}')
+    into v_done, v_runs
+    from removed r;
+
+  with batch as materialized (
+    select j.id
+      from jobs.jobs j
+     where j.state in ('failed', 'dead', 'cancelled')
+       and j.finished_at < v_now - purge.ended_after
+       and not exists (
+         select 1 from jobs.outbox o where o.id = j.id and o.published_at is null
+       )
+     order by j.finished_at
+     limit purge.batch_size
+       for update skip locked
+  ),
+  removed as (
+    delete from jobs.jobs j
+     using batch b
+     where j.id = b.id
+    returning j.run_id
+  )
+  select count(*), coalesce(array_agg(distinct r.run_id), '{}')
+    into v_ended, v_more
+    from removed r;
+  v_runs := v_runs || v_more;
+
+  -- as in jobs.remove: no index leads with run_id, so the table is read for the runs' other
+  -- rows only when a run has steps
+  if exists (select 1 from jobs.steps s where s.run_id = any(v_runs)) then
+    with gone as (
+      delete from jobs.steps s
+       where s.run_id = any(v_runs)
+         and not exists (select 1 from jobs.jobs j where j.run_id = s.run_id)
+      returning 1
+    )
+    select count(*) into v_steps from gone;
+  end if;
+
+  -- no index orders either table by age: the scan stops at the batch's last row, and both are
+  -- written in about the order they age in
+  with gone as (
+    delete from jobs.outbox o
+     where o.id in (
+       select p.id
+         from jobs.outbox p
+        where p.published_at < v_now - purge.published_after
+        limit purge.batch_size
+          for update skip locked
+     )
+    returning 1
+  )
+  select count(*) into v_outbox from gone;
+
+  with gone as (
+    delete from jobs.events e
+     where e.id in (
+       select x.id
+         from jobs.events x
+        where x.expires_at <= v_now
+        limit purge.batch_size
+          for update skip locked
+     )
+    returning 1
+  )
+  select count(*) into v_events from gone;
+
+  return (v_done + v_ended, v_steps, v_outbox, v_events)::jobs.purge_result;
+end;
+$$;

@@ -1,0 +1,282 @@
+-- 200_purge: retention (R69, R70, R73, items 113, 134, 185). jobs.purge deletes what has outlived
+-- its window, a batch a call: done jobs after done_after, failed, dead and cancelled ones after
+-- ended_after (from finished_at), the steps of runs whose last row went, outbox rows published
+-- more than published_after ago and expired events; never a live job, an unpublished outbox row,
+-- or a finished job an unpublished outbox row names.
+begin;
+\ir fixtures/factory.sql
+select plan(44);
+
+-- local helpers (in jobs_test, so the rollback removes them) ----------------------------------
+
+-- a job run to a finished (or waiting) state on `queue`, as in 130_operator
+create function jobs_test.finished(
+  state text,
+  queue text,
+  run_id uuid default null,
+  id uuid default null,
+  with_step boolean default true
+)
+returns uuid
+language plpgsql
+volatile
+as $$
+declare
+  v_id uuid;
+  v_claimed jobs.claimed_job;
+begin
+  v_id := jobs_test.enqueue(queue => finished.queue, run_id => finished.run_id, id => finished.id);
+  v_claimed := jobs_test.claim_one(queue => finished.queue, worker_id => 'w-fin');
+  if v_claimed.id is distinct from v_id then
+    raise exception 'jobs_test.finished: claimed % instead of %', v_claimed.id, v_id;
+  end if;
+  if finished.with_step then
+    perform jobs_test.record_step(v_id, v_claimed.claim, name => 'step-of-' || finished.state,
+                                  worker_id => 'w-fin');
+  end if;
+  if finished.state = 'done' then
+    perform jobs.ack_v1(id => v_id, worker_id => 'w-fin', claim => v_claimed.claim);
+  elsif finished.state = 'cancelled' then
+    perform jobs.cancel(id => v_id);
+  elsif finished.state = 'running' then
+    null;
+  else
+    perform jobs.nack_v1(id => v_id, worker_id => 'w-fin', claim => v_claimed.claim,
+                         next_state => finished.state, delay => interval '1 hour',
+                         error => 'boom', error_code => 'E_BOOM');
+  end if;
+  return v_id;
+end;
+$$;
+
+create function jobs_test.purged(
+  done_after interval default interval '14 days',
+  ended_after interval default interval '90 days',
+  published_after interval default interval '7 days',
+  batch_size integer default 1000
+)
+returns text
+language sql
+volatile
+as $$
+  select format('%s/%s/%s/%s', p.jobs, p.steps, p.outbox, p.events)
+    from jobs.purge(done_after => purged.done_after, ended_after => purged.ended_after,
+                    published_after => purged.published_after,
+                    batch_size => purged.batch_size) p
+$$;
+
+create function jobs_test.exists(id uuid)
+returns boolean
+language sql
+stable
+as $$
+  select exists (select 1 from jobs.jobs j where j.id = exists.id)
+$$;
+
+create function jobs_test.steps_of(id uuid)
+returns bigint
+language sql
+stable
+as $$
+  select count(*) from jobs.steps s
+   where s.run_id = (select j.run_id from jobs.jobs j where j.id = steps_of.id)
+$$;
+
+-- =============================================================================================
+-- arguments
+
+select throws_ok($$ select jobs.purge(done_after => interval '-1 second') $$, 'JQ001',
+                 'X_ARGUMENT_INVALID: jobs.purge: done_after must be an interval of 0 or more',
+                 'a negative done_after is refused');
+select throws_ok($$ select jobs.purge(ended_after => null) $$, 'JQ001',
+                 'X_ARGUMENT_INVALID: jobs.purge: ended_after must be an interval of 0 or more',
+                 'a null ended_after is refused');
+select throws_ok($$ select jobs.purge(published_after => interval '-1 day') $$, 'JQ001',
+                 'X_ARGUMENT_INVALID: jobs.purge: published_after must be an interval of 0 or more',
+                 'a negative published_after is refused');
+select throws_ok($$ select jobs.purge(batch_size => 0) $$, 'JQ001',
+                 'X_ARGUMENT_INVALID: jobs.purge: batch_size must be between 1 and 10000',
+                 'a batch_size of 0 is refused');
+select throws_ok($$ select jobs.purge(batch_size => 10001) $$, 'JQ001',
+                 'X_ARGUMENT_INVALID: jobs.purge: batch_size must be between 1 and 10000',
+                 'a batch_size over 10000 is refused');
+select is(jobs_test.purged(), '0/0/0/0', 'an empty schema purges nothing');
+
+-- =============================================================================================
+-- the windows: every state, finished at the same moment
+
+set local durajobs.now = '2026-01-01 00:00:00+00';
+select jobs_test.finished('done', 'q-win') as w_done \gset
+select jobs_test.finished('failed', 'q-win') as w_failed \gset
+select jobs_test.finished('dead', 'q-win') as w_dead \gset
+select jobs_test.finished('cancelled', 'q-win') as w_cancelled \gset
+select jobs_test.finished('running', 'q-win') as w_running \gset
+select jobs_test.finished('suspended', 'q-win') as w_suspended \gset
+select jobs_test.finished('ready', 'q-win') as w_ready \gset
+select jobs_test.enqueue(queue => 'q-win', run_at => '2027-01-01 00:00:00+00') as w_delayed \gset
+select jobs_test.enqueue(queue => 'q-win') as w_waiting \gset
+
+select set_config('durajobs.now', '2026-01-15 00:00:00+00', true) \g /dev/null
+select is(jobs_test.purged(), '0/0/0/0', 'a done job exactly 14 days finished stays');
+select jobs_test.advance(interval '1 second') \g /dev/null
+select is(jobs_test.purged(), '1/1/0/0', 'past 14 days: the done job and its step go');
+select ok(not jobs_test.exists(:'w_done'), 'the done job is gone');
+select ok(jobs_test.exists(:'w_failed') and jobs_test.exists(:'w_dead')
+          and jobs_test.exists(:'w_cancelled'),
+          'failed, dead and cancelled jobs stay for their own window');
+select is(jobs_test.purged(), '0/0/0/0', 'a second call finds nothing more');
+
+select set_config('durajobs.now', '2026-04-01 00:00:01+00', true) \g /dev/null
+select is(jobs_test.purged(), '3/3/0/0', 'past 90 days: failed, dead and cancelled jobs go');
+select ok(not jobs_test.exists(:'w_failed') and not jobs_test.exists(:'w_dead')
+          and not jobs_test.exists(:'w_cancelled'), 'the three ended jobs are gone');
+
+select set_config('durajobs.now', '2030-01-01 00:00:00+00', true) \g /dev/null
+select is(jobs_test.purged(done_after => interval '0', ended_after => interval '0'), '0/0/0/0',
+          'years later, nothing live is ever purged');
+select ok(jobs_test.exists(:'w_running') and jobs_test.exists(:'w_suspended')
+          and jobs_test.exists(:'w_ready') and jobs_test.exists(:'w_delayed')
+          and jobs_test.exists(:'w_waiting'),
+          'running, suspended, ready (backing off), delayed and waiting jobs all stay');
+select is(jobs_test.steps_of(:'w_running'), 1::bigint, 'a live run keeps its steps');
+delete from jobs.jobs;
+delete from jobs.steps;
+
+-- =============================================================================================
+-- windows chosen by the caller; a window of 0 takes everything finished before now
+
+set local durajobs.now = '2026-02-01 00:00:00+00';
+select jobs_test.finished('done', 'q-own') as o_done \gset
+select jobs_test.finished('dead', 'q-own') as o_dead \gset
+select jobs_test.advance(interval '2 hours') \g /dev/null
+select is(jobs_test.purged(done_after => interval '3 hours', ended_after => interval '1 hour'),
+          '1/1/0/0', 'the caller''s windows: a dead job past 1 hour goes');
+select ok(jobs_test.exists(:'o_done') and not jobs_test.exists(:'o_dead'),
+          'the done job within its 3 hours stays');
+select is(jobs_test.purged(done_after => interval '0'), '1/1/0/0',
+          'a window of 0 takes what finished before now');
+select is(jobs_test.job_count(), 0::bigint, 'nothing left');
+
+-- =============================================================================================
+-- batches: at most batch_size jobs of each window a call, oldest finished first
+
+set local durajobs.now = '2026-03-01 00:00:00+00';
+select jobs_test.finished('done', 'q-batch') as b1 \gset
+select jobs_test.advance(interval '1 minute') \g /dev/null
+select jobs_test.finished('done', 'q-batch') as b2 \gset
+select jobs_test.advance(interval '1 minute') \g /dev/null
+select jobs_test.finished('done', 'q-batch') as b3 \gset
+select jobs_test.finished('failed', 'q-batch') as b4 \gset
+select jobs_test.advance(interval '100 days') \g /dev/null
+select is(jobs_test.purged(batch_size => 2), '3/3/0/0',
+          'batch_size 2: two done jobs and the one failed job');
+select ok(not jobs_test.exists(:'b1') and not jobs_test.exists(:'b2') and jobs_test.exists(:'b3'),
+          'the oldest finished go first');
+select is(jobs_test.purged(batch_size => 2), '1/1/0/0', 'the next call takes the rest');
+select is(jobs_test.purged(batch_size => 2), '0/0/0/0', 'and then nothing: "call until 0" ends');
+
+-- =============================================================================================
+-- steps go only with the run's last row (R73)
+
+set local durajobs.now = '2026-05-01 00:00:00+00';
+select gen_random_uuid() as shared_run \gset
+select jobs_test.finished('done', 'q-run', run_id => :'shared_run') as r_old \gset
+select jobs_test.finished('suspended', 'q-run', run_id => :'shared_run') as r_live \gset
+select jobs_test.advance(interval '15 days') \g /dev/null
+select is(jobs_test.purged(), '1/0/0/0', 'a done row of a run with a live row goes, its steps not');
+select is((select count(*) from jobs.steps s where s.run_id = :'shared_run'), 2::bigint,
+          'the run keeps both steps while a row of it stands');
+update jobs.jobs set state = 'done', finished_at = jobs._now() - interval '15 days'
+ where id = :'r_live';
+select is(jobs_test.purged(), '1/2/0/0', 'the run''s last row goes with every step of the run');
+select is((select count(*) from jobs.steps s where s.run_id = :'shared_run'), 0::bigint,
+          'no step of the run is left');
+
+-- =============================================================================================
+-- the outbox (item 113): published rows after their window; never an unpublished one, nor a job
+-- an unpublished row names
+
+set local durajobs.now = '2026-06-01 00:00:00+00';
+select (jobs.outbox_stage(name => 'ob', input => '{}', idempotency_key => 'ob-pub',
+                          queue => 'q-ob')).id as ob_pub \gset
+select count(*) from jobs.outbox_relay('relay-1') \g /dev/null
+select (jobs.outbox_stage(name => 'ob', input => '{}', idempotency_key => 'ob-unmarked',
+                          queue => 'q-ob')).id as ob_unmarked \gset
+-- the relay published the second one and stopped before marking it
+select (jobs._publish(r)).id from jobs.outbox_claim('relay-2', 1) r \g /dev/null
+select (jobs.outbox_stage(name => 'ob', input => '{}', idempotency_key => 'ob-waiting',
+                          queue => 'q-ob')).id as ob_waiting \gset
+select is((select count(*) from jobs.jobs where queue = 'q-ob'), 2::bigint,
+          'two of the three staged rows were published as jobs');
+-- run both jobs to done
+select jobs_test.claim_one(queue => 'q-ob', worker_id => 'w-ob') as ob_c1 \gset
+select jobs.ack_v1(id => (:'ob_c1'::jobs.claimed_job).id, worker_id => 'w-ob',
+                   claim => (:'ob_c1'::jobs.claimed_job).claim) \g /dev/null
+select jobs_test.claim_one(queue => 'q-ob', worker_id => 'w-ob') as ob_c2 \gset
+select jobs.ack_v1(id => (:'ob_c2'::jobs.claimed_job).id, worker_id => 'w-ob',
+                   claim => (:'ob_c2'::jobs.claimed_job).claim) \g /dev/null
+
+select jobs_test.advance(interval '7 days') \g /dev/null
+select is(jobs_test.purged(), '0/0/0/0', 'a row published exactly 7 days ago stays');
+select jobs_test.advance(interval '8 days') \g /dev/null
+select is(jobs_test.purged(), '1/0/1/0',
+          'past the windows: the marked row and its done job go');
+select ok(not jobs_test.exists(:'ob_pub')
+          and not exists (select 1 from jobs.outbox where id = :'ob_pub'),
+          'the published row and its job are gone');
+select ok(jobs_test.exists(:'ob_unmarked'),
+          'a done job an unpublished outbox row names stays, to meet the next publish');
+select is((select count(*) from jobs.outbox where published_at is null), 2::bigint,
+          'unpublished rows are never purged');
+-- the relay comes back: the publish meets the job, which does not run again
+select is((select bool_and(r.deduped) from jobs.outbox_relay('relay-3') r
+            where r.id = :'ob_unmarked'), true,
+          'the re-publish meets the kept job (deduped), so it does not run twice');
+select is((select state from jobs.jobs where id = :'ob_unmarked'), 'done',
+          'the kept job is still done');
+select jobs_test.advance(interval '8 days') \g /dev/null
+select is(jobs_test.purged(), '1/0/2/0',
+          'once marked and past the window, the row and then its job go');
+
+-- =============================================================================================
+-- events (item 134): expired ones go
+
+set local durajobs.now = '2026-08-01 00:00:00+00';
+select jobs.publish_event(name => 'ev', ttl => interval '1 hour') as ev_short \gset
+select jobs.publish_event(name => 'ev', ttl => interval '7 days') as ev_long \gset
+select jobs_test.advance(interval '1 hour') \g /dev/null
+select is(jobs_test.purged(), '0/0/0/1', 'an event at its expiry goes');
+select is(array(select id from jobs.events), array[:'ev_long'::uuid], 'the other stays');
+
+-- =============================================================================================
+-- what a call reads: the done window never walks the failed and dead rows kept for 90 days (a
+-- run with steps also costs a read of the table for the run's other rows: none here)
+
+set local durajobs.now = '2026-09-01 00:00:00+00';
+delete from jobs.jobs;
+delete from jobs.steps;
+delete from jobs.events;
+select count(jobs_test.finished('dead', 'q-read')) from generate_series(1, 200) \g /dev/null
+select jobs_test.advance(interval '30 days') \g /dev/null
+select jobs_test.finished('done', 'q-read', with_step => false) as rd_done \gset
+select jobs_test.advance(interval '15 days') \g /dev/null
+analyze jobs.jobs;
+select jobs_test.mark();
+select is(jobs_test.purged(), '1/0/0/0', 'the one done job of age goes, the 200 dead stay');
+select cmp_ok(jobs_test.read_since_mark(), '<', 50::bigint,
+              'the call read a handful of index entries, not the 200 dead rows');
+select is((select count(*) from jobs.jobs where state = 'dead'), 200::bigint,
+          'every dead row is still there');
+
+-- =============================================================================================
+-- the indexes the purge walks
+
+select is((select indexdef from pg_indexes where indexname = 'jobs_done_idx'),
+          'CREATE INDEX jobs_done_idx ON jobs.jobs USING btree (finished_at) WHERE (state = ''done''::text)',
+          'done rows are indexed by finished_at');
+select ok((select indexdef like '%(finished_at) WHERE (state = ANY (ARRAY[''failed''::text, ''dead''::text, ''cancelled''::text]))'
+             from pg_indexes where indexname = 'jobs_ended_idx'),
+          'failed, dead and cancelled rows by finished_at, in an index of their own');
+
+select * from finish();
+rollback;
