@@ -194,6 +194,8 @@ $$;
 -- on_conflict => 'error' (detail.reason 'key_held' or 'id_exists'), and always when the given id
 -- already names a different job (name, tenant or key differ: 'id_taken'); X_DRIVER_UNAVAILABLE
 -- when two inserts conflict and no row explains why (the unique index is missing).
+-- A run_id not given is the job's own id (since revision 0011; a random uuid before), so only a
+-- job that continues another's run is in jobs_run_shared_idx.
 -- Locks: the unique indexes. Introduced in revision 0001.
 create function jobs.enqueue(
   name text,
@@ -218,6 +220,7 @@ as $$
 declare
   v_now timestamptz := jobs._now();
   v_run_at timestamptz := coalesce(enqueue.run_at, jobs._now());
+  v_id uuid := coalesce(enqueue.id, jobs._uuid_v7());
   v_result jobs.enqueue_result;
   v_by_id record;
 begin
@@ -234,8 +237,8 @@ begin
       id, name, queue, input, idempotency_key, tenant_id, run_id, state, priority,
       max_attempts, run_at, created_at, updated_at, traceparent, enqueued_by)
     values (
-      coalesce(enqueue.id, jobs._uuid_v7()), enqueue.name, enqueue.queue, enqueue.input,
-      enqueue.idempotency_key, enqueue.tenant_id, coalesce(enqueue.run_id, gen_random_uuid()),
+      v_id, enqueue.name, enqueue.queue, enqueue.input,
+      enqueue.idempotency_key, enqueue.tenant_id, coalesce(enqueue.run_id, v_id),
       case when v_run_at > v_now then 'delayed' else 'ready' end, enqueue.priority,
       enqueue.max_attempts, v_run_at, v_now, v_now, enqueue.traceparent, enqueue.enqueued_by)
     on conflict do nothing
@@ -394,7 +397,8 @@ $$;
 -- Locks: the unique indexes. One wake per queue per statement. Introduced in revision 0001;
 -- since revision 0009 a batch with nothing to refuse and nothing to dedupe is checked in one
 -- pass and answered without a lookup, and a deduped request's holder is found by a join (the
--- checks, and a call per deduped request, had cost about as much as the insert).
+-- checks, and a call per deduped request, had cost about as much as the insert); since
+-- revision 0011 a run_id not given is the job's own id, as in jobs.enqueue.
 create function jobs.enqueue_many(requests jsonb, on_conflict text default 'dedupe')
 returns setof jobs.enqueue_result
 language plpgsql
@@ -442,7 +446,7 @@ begin
                        case when requests -> (x.ord::integer - 1) ? 'input' then 'null'::jsonb end),
               x.idempotency_key,
               x.tenant_id,
-              coalesce(x.run_id, gen_random_uuid()),
+              coalesce(x.run_id, x.id, v_new_ids[x.ord]),
               coalesce(x.run_at, v_now),
               coalesce(x.max_attempts, 20),
               coalesce(x.priority, 0),

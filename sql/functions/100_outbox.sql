@@ -44,7 +44,8 @@ create type jobs.outbox_record as (
 -- Arguments: those of jobs.enqueue but id and on_conflict (the staged row's id becomes the
 -- job's id; a live holder of the key is found at publish).
 -- Answers (id, run_id, false): the ids the job will have. Raises what jobs.enqueue's argument
--- checks raise. Locks nothing but the new row. Introduced in revision 0002.
+-- checks raise. Locks nothing but the new row. Introduced in revision 0002; since revision
+-- 0011 a run_id not given is the row's (the job's) own id, as in jobs.enqueue.
 create function jobs.outbox_stage(
   name text,
   input jsonb,
@@ -66,7 +67,7 @@ as $$
 declare
   v_now timestamptz := jobs._now();
   v_id uuid := jobs._uuid_v7();
-  v_run_id uuid := coalesce(outbox_stage.run_id, gen_random_uuid());
+  v_run_id uuid := coalesce(outbox_stage.run_id, v_id);
 begin
   perform jobs._check_enqueue('jobs.outbox_stage', '', outbox_stage.name, outbox_stage.input,
                               outbox_stage.idempotency_key, outbox_stage.queue,

@@ -2,7 +2,9 @@
 -- tables stop growing with history: finished jobs, the steps of runs no row is left of,
 -- published outbox rows and expired events.
 --
--- Tables: jobs.jobs, jobs.steps, jobs.outbox, jobs.events (delete). Lock order: job rows (skip
+-- Tables: jobs.jobs, jobs.steps, jobs.outbox, jobs.events (delete). Also here: the default
+-- run_id of jobs.enqueue, jobs.enqueue_many and jobs.outbox_stage is the job's own id, which
+-- keeps jobs_run_shared_idx small (the functions themselves stay in their files). Lock order: job rows (skip
 -- locked), then their runs' steps, then outbox rows (skip locked), then events (skip locked).
 -- Calls are serialised by a transaction-scoped advisory lock: two purges splitting one run
 -- between them would each see the other's row still standing and leave the run's steps behind.
@@ -19,6 +21,15 @@ create index jobs_done_idx
 create index jobs_ended_idx
   on jobs.jobs (finished_at)
   where state in ('failed', 'dead', 'cancelled');
+
+-- the jobs that continue another job's run. A job enqueued without a run_id has its own id as
+-- run_id (since this revision), so a run's rows are the row whose id is the run's plus the rows
+-- of this index: whether a run has a row left is two index probes, not a read of the table. A
+-- new job enters it only when enqueued with another's run_id; rows made before this revision
+-- (a random run_id each) are all in it until they are deleted.
+create index jobs_run_shared_idx
+  on jobs.jobs (run_id)
+  where run_id <> id;
 
 create type jobs.purge_result as (
   jobs integer,
@@ -119,17 +130,20 @@ begin
     from removed r;
   v_runs := v_runs || v_more;
 
-  -- as in jobs.remove: no index leads with run_id, so the table is read for the runs' other
-  -- rows only when a run has steps
-  if exists (select 1 from jobs.steps s where s.run_id = any(v_runs)) then
-    with gone as (
-      delete from jobs.steps s
-       where s.run_id = any(v_runs)
-         and not exists (select 1 from jobs.jobs j where j.run_id = s.run_id)
-      returning 1
-    )
-    select count(*) into v_steps from gone;
-  end if;
+  -- a run's rows: the one whose id is the run's, and those continuing it (jobs_run_shared_idx,
+  -- whose predicate is spelled out so the planner can prove it)
+  with gone as (
+    delete from jobs.steps s
+     where s.run_id = any(v_runs)
+       and not exists (
+         select 1 from jobs.jobs j where j.id = s.run_id and j.run_id = s.run_id
+       )
+       and not exists (
+         select 1 from jobs.jobs j where j.run_id = s.run_id and j.run_id <> j.id
+       )
+    returning 1
+  )
+  select count(*) into v_steps from gone;
 
   -- no index orders either table by age: the scan stops at the batch's last row, and both are
   -- written in about the order they age in

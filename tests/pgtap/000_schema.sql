@@ -103,11 +103,11 @@ select has_index('jobs', 'jobs', 'jobs_queue_created_idx', array['queue', 'creat
 select indexes_are('jobs', 'jobs',
                    array['jobs_pkey', 'jobs_name_tenant_idempotency_live_idx', 'jobs_claim_idx',
                          'jobs_lease_idx', 'jobs_queue_created_idx', 'jobs_dead_idx',
-                         'jobs_done_idx', 'jobs_ended_idx'],
+                         'jobs_done_idx', 'jobs_ended_idx', 'jobs_run_shared_idx'],
                    'jobs.jobs carries no index the functions do not use (each costs every insert '
                    'and, as no update is HOT, every claim and settle it covers); since revision '
                    '0008 none on (created_at, id) alone; since 0011 the two of finished rows by '
-                   'age that jobs.purge walks');
+                   'age that jobs.purge walks, and the one of jobs continuing another''s run');
 select has_index('jobs', 'jobs', 'jobs_dead_idx', array['queue'],
                  'the dead-rows index is on queue');
 select ok(

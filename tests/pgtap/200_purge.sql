@@ -5,7 +5,7 @@
 -- or a finished job an unpublished outbox row names.
 begin;
 \ir fixtures/factory.sql
-select plan(44);
+select plan(54);
 
 -- local helpers (in jobs_test, so the rollback removes them) ----------------------------------
 
@@ -31,7 +31,7 @@ begin
     raise exception 'jobs_test.finished: claimed % instead of %', v_claimed.id, v_id;
   end if;
   if finished.with_step then
-    perform jobs_test.record_step(v_id, v_claimed.claim, name => 'step-of-' || finished.state,
+    perform jobs_test.record_step(v_id, v_claimed.claim, name => 'step-of-' || v_id::text,
                                   worker_id => 'w-fin');
   end if;
   if finished.state = 'done' then
@@ -192,6 +192,47 @@ select is(jobs_test.purged(), '1/2/0/0', 'the run''s last row goes with every st
 select is((select count(*) from jobs.steps s where s.run_id = :'shared_run'), 0::bigint,
           'no step of the run is left');
 
+-- a job that continues another's run (enqueued with the first job's id as its run_id): the
+-- run's steps stay while either stands, found through the first job's own row, then through
+-- jobs_run_shared_idx
+select jobs_test.finished('done', 'q-cont') as c_first \gset
+select jobs_test.advance(interval '1 day') \g /dev/null
+select jobs_test.finished('done', 'q-cont', run_id => :'c_first') as c_next \gset
+select is((select run_id from jobs.jobs where id = :'c_first'), :'c_first'::uuid,
+          'a job enqueued without a run_id has its own id as run_id');
+select jobs_test.advance(interval '14 days') \g /dev/null
+select is(jobs_test.purged(), '1/0/0/0',
+          'the first job goes; its run''s steps stay for the job continuing it');
+select jobs_test.advance(interval '1 day') \g /dev/null
+select is(jobs_test.purged(), '1/2/0/0', 'with the second job, both steps of the run go');
+-- the other order: the continuing job ages first and the run's own job still stands
+select jobs_test.finished('done', 'q-cont2', id => gen_random_uuid()) as d_first \gset
+select jobs_test.finished('done', 'q-cont2', run_id => :'d_first') as d_next \gset
+update jobs.jobs set finished_at = jobs._now() - interval '20 days' where id = :'d_next';
+select is(jobs_test.purged(), '1/0/0/0',
+          'the continuing job goes; the steps stay while the run''s own job stands');
+select is((select count(*) from jobs.steps where run_id = :'d_first'), 2::bigint,
+          'both steps of the run are still there');
+delete from jobs.jobs;
+delete from jobs.steps;
+
+-- the default run_id everywhere a job is made
+select jobs_test.enqueue(queue => 'q-rid') as rid \gset
+select is((select run_id from jobs.jobs where id = :'rid'), :'rid'::uuid,
+          'jobs.enqueue: a run_id not given is the job''s id');
+select ok((select bool_and(r.run_id = r.id)
+             from jobs.enqueue_many('[{"name": "r", "input": {}, "idempotency_key": "rid-1"},
+                                      {"name": "r", "input": {}, "idempotency_key": "rid-2",
+                                       "id": "01900000-0000-7000-8000-0000000000aa"}]') r),
+          'jobs.enqueue_many: a run_id not given is the job''s id, made or given');
+select ok((select s.run_id = s.id
+             from jobs.outbox_stage(name => 'r', input => '{}', idempotency_key => 'rid-3') s),
+          'jobs.outbox_stage: a run_id not given is the staged row''s (the job''s) id');
+select is((select count(*) from jobs.jobs where run_id <> id), 0::bigint,
+          'so no job made without a run_id is in jobs_run_shared_idx');
+delete from jobs.jobs;
+delete from jobs.outbox;
+
 -- =============================================================================================
 -- the outbox (item 113): published rows after their window; never an unpublished one, nor a job
 -- an unpublished row names
@@ -249,8 +290,8 @@ select is(jobs_test.purged(), '0/0/0/1', 'an event at its expiry goes');
 select is(array(select id from jobs.events), array[:'ev_long'::uuid], 'the other stays');
 
 -- =============================================================================================
--- what a call reads: the done window never walks the failed and dead rows kept for 90 days (a
--- run with steps also costs a read of the table for the run's other rows: none here)
+-- what a call reads: the done window never walks the failed and dead rows kept for 90 days, and
+-- asking whether a run with steps has a row left is two index probes, not a read of the table
 
 set local durajobs.now = '2026-09-01 00:00:00+00';
 delete from jobs.jobs;
@@ -258,13 +299,14 @@ delete from jobs.steps;
 delete from jobs.events;
 select count(jobs_test.finished('dead', 'q-read')) from generate_series(1, 200) \g /dev/null
 select jobs_test.advance(interval '30 days') \g /dev/null
-select jobs_test.finished('done', 'q-read', with_step => false) as rd_done \gset
+select jobs_test.finished('done', 'q-read') as rd_done \gset
 select jobs_test.advance(interval '15 days') \g /dev/null
 analyze jobs.jobs;
 select jobs_test.mark();
-select is(jobs_test.purged(), '1/0/0/0', 'the one done job of age goes, the 200 dead stay');
+select is(jobs_test.purged(), '1/1/0/0',
+          'the one done job of age goes with its step, the 200 dead stay');
 select cmp_ok(jobs_test.read_since_mark(), '<', 50::bigint,
-              'the call read a handful of index entries, not the 200 dead rows');
+              'the call read a handful of index entries, not the 200 dead rows nor the table');
 select is((select count(*) from jobs.jobs where state = 'dead'), 200::bigint,
           'every dead row is still there');
 
@@ -277,6 +319,9 @@ select is((select indexdef from pg_indexes where indexname = 'jobs_done_idx'),
 select ok((select indexdef like '%(finished_at) WHERE (state = ANY (ARRAY[''failed''::text, ''dead''::text, ''cancelled''::text]))'
              from pg_indexes where indexname = 'jobs_ended_idx'),
           'failed, dead and cancelled rows by finished_at, in an index of their own');
+select is((select indexdef from pg_indexes where indexname = 'jobs_run_shared_idx'),
+          'CREATE INDEX jobs_run_shared_idx ON jobs.jobs USING btree (run_id) WHERE (run_id <> id)',
+          'the jobs continuing another''s run, by run');
 
 select * from finish();
 rollback;

@@ -42,7 +42,7 @@ def test_a_bad_page_is_refused_with_its_code(client):
     with pytest.raises(errors.JobPageInvalid):
         client.run(calls.list_jobs(after=job.id, before=job.id))
     with pytest.raises(errors.JobPageInvalid) as raised:
-        client.run(calls.list_jobs(after=job.run_id))  # an id no page answered
+        client.run(calls.list_jobs(after=uuid4()))  # an id no page answered
     assert raised.value.detail["argument"] == "after"
 
 
