@@ -14,8 +14,8 @@ from datetime import timedelta
 from typing import TYPE_CHECKING
 
 from durajobs import calls
+from durajobs.counts import parse_count
 from durajobs.durations import Duration, parse_duration
-from durajobs.errors import ConfigInvalid
 from durajobs.records import PurgeResult
 
 if TYPE_CHECKING:
@@ -59,23 +59,12 @@ class Retention:
         every: Duration = SWEEP_EVERY,
     ) -> Retention:
         """Check and build: durations as '14d', '12h', seconds or timedelta."""
-        for name, count, most in (
-            ("batch_size", batch_size, MOST_BATCH_SIZE),
-            ("max_batches", max_batches, None),
-        ):
-            whole = isinstance(count, int) and not isinstance(count, bool)
-            if not whole or count < 1 or (most is not None and count > most):
-                bound = "" if most is None else f" and at most {most}"
-                raise ConfigInvalid(
-                    f"{name} must be a whole number of at least 1{bound}, got {count!r}",
-                    detail={"field": name},
-                )
         return cls(
             done_after=parse_duration(done_after, field="done_after"),
             ended_after=parse_duration(ended_after, field="ended_after"),
             published_after=parse_duration(published_after, field="published_after"),
-            batch_size=batch_size,
-            max_batches=max_batches,
+            batch_size=parse_count(batch_size, field="batch_size", most=MOST_BATCH_SIZE),
+            max_batches=parse_count(max_batches, field="max_batches"),
             every=parse_duration(every, field="every"),
         )
 

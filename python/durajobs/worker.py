@@ -26,6 +26,7 @@ from typing import Any
 
 from durajobs import calls
 from durajobs.acks import AckBatcher
+from durajobs.counts import parse_count
 from durajobs.database import AsyncDatabase
 from durajobs.declarations import Registry, Settled
 from durajobs.durations import Duration, parse_duration
@@ -54,14 +55,6 @@ LOCAL_TIMER_MARGIN = 0.05  # seconds
 # how often a queue's claim also buries and re-takes lapsed leases: their scan steps over every
 # dead entry of the lease index, so a busy worker does it once a second rather than every claim
 LAPSED_SCAN_INTERVAL = 1.0  # seconds
-
-
-def _slots(value: object, field: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ConfigInvalid(
-            f"{field} must be a whole number of at least 1, got {value!r}", detail={"field": field}
-        )
-    return value
 
 
 @dataclass
@@ -105,16 +98,16 @@ class Worker:
         if isinstance(concurrency, Mapping):
             # read by own key: a queue named 'keys' or '__class__' gets its own value
             self.concurrency = {
-                queue: _slots(concurrency[queue], f"concurrency[{queue!r}]")
+                queue: parse_count(concurrency[queue], field=f"concurrency[{queue!r}]")
                 if queue in concurrency
                 else DEFAULT_CONCURRENCY
                 for queue in self.queues
             }
         else:
-            slots = _slots(concurrency, "concurrency")
+            slots = parse_count(concurrency, field="concurrency")
             self.concurrency = dict.fromkeys(self.queues, slots)
         self.max_in_flight = (
-            None if max_in_flight is None else _slots(max_in_flight, "max_in_flight")
+            None if max_in_flight is None else parse_count(max_in_flight, field="max_in_flight")
         )
         self.visibility = parse_duration(visibility, field="visibility")
         self.drain_deadline = parse_duration(drain_deadline, field="drain_deadline")

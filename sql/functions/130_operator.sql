@@ -181,7 +181,8 @@ $$;
 -- jobs.remove: delete a job that is not running, and its run's steps once no row of the run
 -- is left. Arguments: id. Answers true.
 -- Raises X_JOB_NOT_FOUND, X_JOB_NOT_REMOVABLE (it is running: cancel it first).
--- Locks: the job row, then its steps. Introduced in revision 0005.
+-- Locks: the job row, then its steps. Introduced in revision 0005; since revision 0011 whether
+-- a row of the run is left is two index probes (jobs._run_stands), not a read of the table.
 create function jobs.remove(id uuid)
 returns boolean
 language plpgsql
@@ -202,10 +203,7 @@ begin
                         jsonb_build_object('id', remove.id, 'state', v_job.state));
   end if;
   delete from jobs.jobs j where j.id = remove.id;
-  -- no index leads with run_id, so asking whether another row shares the run reads the table:
-  -- asked only when the run has steps to delete (since revision 0010; before, on every call)
-  if exists (select 1 from jobs.steps s where s.run_id = v_job.run_id)
-     and not exists (select 1 from jobs.jobs j where j.run_id = v_job.run_id) then
+  if not jobs._run_stands(v_job.run_id) then
     delete from jobs.steps s where s.run_id = v_job.run_id;
   end if;
   return true;
@@ -352,7 +350,8 @@ $$;
 -- and tenant, at most 1,000 a call, with the steps of runs no row is left of.
 -- A call's rows are in no particular order (since revision 0008; oldest first before).
 -- Answers (affected, remaining). Raises X_ARGUMENT_INVALID. Locks the rows (skip locked), then
--- their steps. Introduced in revision 0005.
+-- their steps. Introduced in revision 0005; since revision 0011 a run's remaining rows are two
+-- index probes a run (jobs._run_stands), not a read of the table.
 create function jobs.remove_many(
   state text,
   queue text default null,
@@ -394,12 +393,9 @@ begin
     into v_affected, v_runs
     from removed r;
 
-  -- as in jobs.remove: the table is read for the runs' other rows only when a run has steps
-  if exists (select 1 from jobs.steps s where s.run_id = any(v_runs)) then
-    delete from jobs.steps s
-     where s.run_id = any(v_runs)
-       and not exists (select 1 from jobs.jobs j where j.run_id = s.run_id);
-  end if;
+  delete from jobs.steps s
+   where s.run_id = any(v_runs)
+     and not jobs._run_stands(s.run_id);
 
   select count(*)
     into v_remaining

@@ -2,9 +2,10 @@
 -- tables stop growing with history: finished jobs, the steps of runs no row is left of,
 -- published outbox rows and expired events.
 --
--- Tables: jobs.jobs, jobs.steps, jobs.outbox, jobs.events (delete). Also here: the default
--- run_id of jobs.enqueue, jobs.enqueue_many and jobs.outbox_stage is the job's own id, which
--- keeps jobs_run_shared_idx small (the functions themselves stay in their files). Lock order: job rows (skip
+-- Tables: jobs.jobs, jobs.steps, jobs.outbox, jobs.events (delete). Also here: how a run's rows
+-- are found (jobs_run_shared_idx, jobs._run_stands, used by jobs.remove and jobs.remove_many
+-- too); the default run_id of jobs.enqueue, jobs.enqueue_many and jobs.outbox_stage is the
+-- job's own id, which keeps that index small (the functions themselves stay in their files). Lock order: job rows (skip
 -- locked), then their runs' steps, then outbox rows (skip locked), then events (skip locked).
 -- Calls are serialised by a transaction-scoped advisory lock: two purges splitting one run
 -- between them would each see the other's row still standing and leave the run's steps behind.
@@ -30,6 +31,40 @@ create index jobs_ended_idx
 create index jobs_run_shared_idx
   on jobs.jobs (run_id)
   where run_id <> id;
+
+-- jobs._run_stands: whether a job row of the run is left: the row whose id is the run's (a job
+-- enqueued without a run_id), or one continuing the run (jobs_run_shared_idx, its predicate
+-- spelled out so the planner can prove it). Two index probes.
+-- Answers boolean. Raises nothing. Locks nothing. Introduced in revision 0011.
+create function jobs._run_stands(run_id uuid)
+returns boolean
+language sql
+stable
+set search_path = pg_catalog, pg_temp
+as $$
+  select exists (
+           select 1 from jobs.jobs j where j.id = _run_stands.run_id and j.run_id = j.id
+         )
+      or exists (
+           select 1 from jobs.jobs j where j.run_id = _run_stands.run_id and j.run_id <> j.id
+         )
+$$;
+
+-- jobs._outbox_awaits: whether an unpublished outbox row of this database names the job id: its
+-- relay published it and stopped before marking the row, so the row will be published again,
+-- and the job must stay to meet that publish (jobs.enqueue dedupes on the id) or it runs twice.
+-- A primary key probe. Answers boolean. Raises nothing. Locks nothing. Introduced in revision
+-- 0011.
+create function jobs._outbox_awaits(id uuid)
+returns boolean
+language sql
+stable
+set search_path = pg_catalog, pg_temp
+as $$
+  select exists (
+    select 1 from jobs.outbox o where o.id = _outbox_awaits.id and o.published_at is null
+  )
+$$;
 
 create type jobs.purge_result as (
   jobs integer,
@@ -62,13 +97,11 @@ set search_path = pg_catalog, pg_temp
 as $$
 declare
   v_now timestamptz := jobs._now();
-  v_done integer;
-  v_ended integer;
+  v_jobs integer;
   v_steps integer := 0;
   v_outbox integer;
   v_events integer;
   v_runs uuid[];
-  v_more uuid[];
 begin
   if done_after is null or done_after < interval '0' then
     perform jobs._invalid('jobs.purge', 'done_after', 'must be an interval of 0 or more');
@@ -85,17 +118,27 @@ begin
 
   perform pg_advisory_xact_lock(hashtext('jobs.purge'));
 
+  -- each window in its own subquery, so each walks its own partial index oldest first
   with batch as materialized (
-    select j.id
-      from jobs.jobs j
-     where j.state = 'done'
-       and j.finished_at < v_now - purge.done_after
-       and not exists (
-         select 1 from jobs.outbox o where o.id = j.id and o.published_at is null
-       )
-     order by j.finished_at
-     limit purge.batch_size
-       for update skip locked
+    select d.id
+      from (select j.id
+              from jobs.jobs j
+             where j.state = 'done'
+               and j.finished_at < v_now - purge.done_after
+               and not jobs._outbox_awaits(j.id)
+             order by j.finished_at
+             limit purge.batch_size
+               for update skip locked) d
+    union all
+    select e.id
+      from (select j.id
+              from jobs.jobs j
+             where j.state in ('failed', 'dead', 'cancelled')
+               and j.finished_at < v_now - purge.ended_after
+               and not jobs._outbox_awaits(j.id)
+             order by j.finished_at
+             limit purge.batch_size
+               for update skip locked) e
   ),
   removed as (
     delete from jobs.jobs j
@@ -104,43 +147,13 @@ begin
     returning j.run_id
   )
   select count(*), coalesce(array_agg(distinct r.run_id), '{}')
-    into v_done, v_runs
+    into v_jobs, v_runs
     from removed r;
 
-  with batch as materialized (
-    select j.id
-      from jobs.jobs j
-     where j.state in ('failed', 'dead', 'cancelled')
-       and j.finished_at < v_now - purge.ended_after
-       and not exists (
-         select 1 from jobs.outbox o where o.id = j.id and o.published_at is null
-       )
-     order by j.finished_at
-     limit purge.batch_size
-       for update skip locked
-  ),
-  removed as (
-    delete from jobs.jobs j
-     using batch b
-     where j.id = b.id
-    returning j.run_id
-  )
-  select count(*), coalesce(array_agg(distinct r.run_id), '{}')
-    into v_ended, v_more
-    from removed r;
-  v_runs := v_runs || v_more;
-
-  -- a run's rows: the one whose id is the run's, and those continuing it (jobs_run_shared_idx,
-  -- whose predicate is spelled out so the planner can prove it)
   with gone as (
     delete from jobs.steps s
      where s.run_id = any(v_runs)
-       and not exists (
-         select 1 from jobs.jobs j where j.id = s.run_id and j.run_id = s.run_id
-       )
-       and not exists (
-         select 1 from jobs.jobs j where j.run_id = s.run_id and j.run_id <> j.id
-       )
+       and not jobs._run_stands(s.run_id)
     returning 1
   )
   select count(*) into v_steps from gone;
@@ -173,6 +186,6 @@ begin
   )
   select count(*) into v_events from gone;
 
-  return (v_done + v_ended, v_steps, v_outbox, v_events)::jobs.purge_result;
+  return (v_jobs, v_steps, v_outbox, v_events)::jobs.purge_result;
 end;
 $$;

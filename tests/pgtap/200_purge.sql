@@ -5,7 +5,7 @@
 -- or a finished job an unpublished outbox row names.
 begin;
 \ir fixtures/factory.sql
-select plan(54);
+select plan(60);
 
 -- local helpers (in jobs_test, so the rollback removes them) ----------------------------------
 
@@ -309,6 +309,23 @@ select cmp_ok(jobs_test.read_since_mark(), '<', 50::bigint,
               'the call read a handful of index entries, not the 200 dead rows nor the table');
 select is((select count(*) from jobs.jobs where state = 'dead'), 200::bigint,
           'every dead row is still there');
+
+-- jobs.remove and jobs.remove_many find a run's rows the same way (jobs._run_stands)
+select jobs_test.finished('done', 'q-read') as rm_one \gset
+select jobs_test.mark();
+select ok(jobs.remove(:'rm_one'), 'remove answers true');
+select cmp_ok(jobs_test.read_since_mark(), '<', 50::bigint,
+              'a remove of a job with a step reads a handful of entries, not the table');
+select is((select count(*) from jobs.steps where run_id = :'rm_one'), 0::bigint,
+          'its run''s step went with it');
+select jobs_test.finished('done', 'q-rm-many') as rm_many \gset
+select jobs_test.mark();
+select is((jobs.remove_many(state => 'done', queue => 'q-rm-many')).affected, 1,
+          'remove_many removes the one done job of its queue');
+select cmp_ok(jobs_test.read_since_mark(), '<', 100::bigint,
+              'remove_many reads its batch and the count of what is left, not the table');
+select is((select count(*) from jobs.steps where run_id = :'rm_many'), 0::bigint,
+          'and its run''s step');
 
 -- =============================================================================================
 -- the indexes the purge walks

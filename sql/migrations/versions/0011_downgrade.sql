@@ -1,8 +1,9 @@
--- Revision 0011 down: remove jobs.purge, its result type and the indexes jobs_done_idx,
--- jobs_ended_idx and jobs_run_shared_idx; put back the jobs.enqueue of revision 0001, the
--- jobs.enqueue_many and jobs.outbox_stage of revision 0010 (a run_id not given is a random uuid
--- again; the run ids of rows made meanwhile stay as they are, their own ids), and go back to
--- schema version 10. Nothing stored is touched.
+-- Revision 0011 down: remove jobs.purge, its result type, jobs._run_stands,
+-- jobs._outbox_awaits and the indexes jobs_done_idx, jobs_ended_idx and jobs_run_shared_idx; put
+-- back the jobs.enqueue of revision 0001, the jobs.enqueue_many, jobs.outbox_stage, jobs.remove
+-- and jobs.remove_many of revision 0010 (a run_id not given is a random uuid again; the rows
+-- made meanwhile keep their run ids, their own ids), and go back to schema version 10. Nothing
+-- stored is touched.
 
 create or replace function jobs.version()
 returns integer
@@ -497,8 +498,108 @@ begin
 end;
 $$;
 
+-- jobs.remove: delete a job that is not running, and its run's steps once no row of the run
+-- is left. Arguments: id. Answers true.
+-- Raises X_JOB_NOT_FOUND, X_JOB_NOT_REMOVABLE (it is running: cancel it first).
+-- Locks: the job row, then its steps. Introduced in revision 0005.
+create or replace function jobs.remove(id uuid)
+returns boolean
+language plpgsql
+volatile
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+  v_job record;
+begin
+  select j.state, j.run_id into v_job from jobs.jobs j where j.id = remove.id for update;
+  if not found then
+    perform jobs._raise('X_JOB_NOT_FOUND', format('no job has id %s', remove.id),
+                        jsonb_build_object('id', remove.id));
+  end if;
+  if v_job.state = 'running' then
+    perform jobs._raise('X_JOB_NOT_REMOVABLE',
+                        format('job %s is running; cancel it first', remove.id),
+                        jsonb_build_object('id', remove.id, 'state', v_job.state));
+  end if;
+  delete from jobs.jobs j where j.id = remove.id;
+  -- no index leads with run_id, so asking whether another row shares the run reads the table:
+  -- asked only when the run has steps to delete (since revision 0010; before, on every call)
+  if exists (select 1 from jobs.steps s where s.run_id = v_job.run_id)
+     and not exists (select 1 from jobs.jobs j where j.run_id = v_job.run_id) then
+    delete from jobs.steps s where s.run_id = v_job.run_id;
+  end if;
+  return true;
+end;
+$$;
+
+-- jobs.remove_many: delete jobs of one state (any but running), optionally of one queue, name
+-- and tenant, at most 1,000 a call, with the steps of runs no row is left of.
+-- A call's rows are in no particular order (since revision 0008; oldest first before).
+-- Answers (affected, remaining). Raises X_ARGUMENT_INVALID. Locks the rows (skip locked), then
+-- their steps. Introduced in revision 0005.
+create or replace function jobs.remove_many(
+  state text,
+  queue text default null,
+  name text default null,
+  tenant_id text default null
+)
+returns jobs.bulk_result
+language plpgsql
+volatile
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+  v_affected integer;
+  v_remaining bigint;
+  v_runs uuid[];
+begin
+  perform jobs._bulk_check('jobs.remove_many', remove_many.state,
+                           array['ready', 'delayed', 'suspended', 'done', 'failed', 'dead',
+                                 'cancelled']);
+  with batch as materialized (
+    -- in no particular order: every row of the state goes, and since revision 0008 no index
+    -- orders the table by age (a sort of the whole state came before the first row locked)
+    select j.id
+      from jobs.jobs j
+     where j.state = remove_many.state
+       and (remove_many.queue is null or j.queue = remove_many.queue)
+       and (remove_many.name is null or j.name = remove_many.name)
+       and (remove_many.tenant_id is null or j.tenant_id = remove_many.tenant_id)
+     limit 1000
+       for update skip locked
+  ),
+  removed as (
+    delete from jobs.jobs j
+     using batch b
+     where j.id = b.id
+    returning j.run_id
+  )
+  select count(*), coalesce(array_agg(distinct r.run_id), '{}')
+    into v_affected, v_runs
+    from removed r;
+
+  -- as in jobs.remove: the table is read for the runs' other rows only when a run has steps
+  if exists (select 1 from jobs.steps s where s.run_id = any(v_runs)) then
+    delete from jobs.steps s
+     where s.run_id = any(v_runs)
+       and not exists (select 1 from jobs.jobs j where j.run_id = s.run_id);
+  end if;
+
+  select count(*)
+    into v_remaining
+    from jobs.jobs j
+   where j.state = remove_many.state
+     and (remove_many.queue is null or j.queue = remove_many.queue)
+     and (remove_many.name is null or j.name = remove_many.name)
+     and (remove_many.tenant_id is null or j.tenant_id = remove_many.tenant_id);
+  return (v_affected, v_remaining)::jobs.bulk_result;
+end;
+$$;
+
 drop function jobs.purge(interval, interval, interval, integer);
 drop type jobs.purge_result;
+drop function jobs._run_stands(uuid);
+drop function jobs._outbox_awaits(uuid);
 drop index jobs.jobs_run_shared_idx;
 drop index jobs.jobs_ended_idx;
 drop index jobs.jobs_done_idx;

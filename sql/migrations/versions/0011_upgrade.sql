@@ -6,7 +6,8 @@
 -- window (an ack adds one index entry). A job enqueued without a run_id now has its own id as
 -- run_id (jobs.enqueue, jobs.enqueue_many and jobs.outbox_stage are re-created for it; a random
 -- uuid before), and jobs_run_shared_idx holds the jobs that continue another's run, so whether a
--- run still has a row is two index probes instead of a read of the table. Schema version 11.
+-- run still has a row is two index probes instead of a read of the table (jobs._run_stands, which
+-- jobs.remove and jobs.remove_many, re-created, use too). Schema version 11.
 -- Frozen: never edit after release; a change ships as a new revision.
 
 -- jobs.version: the installed schema version; the Python package refuses an older one.
@@ -522,9 +523,10 @@ $$;
 -- tables stop growing with history: finished jobs, the steps of runs no row is left of,
 -- published outbox rows and expired events.
 --
--- Tables: jobs.jobs, jobs.steps, jobs.outbox, jobs.events (delete). Also here: the default
--- run_id of jobs.enqueue, jobs.enqueue_many and jobs.outbox_stage is the job's own id, which
--- keeps jobs_run_shared_idx small (the functions themselves stay in their files). Lock order: job rows (skip
+-- Tables: jobs.jobs, jobs.steps, jobs.outbox, jobs.events (delete). Also here: how a run's rows
+-- are found (jobs_run_shared_idx, jobs._run_stands, used by jobs.remove and jobs.remove_many
+-- too); the default run_id of jobs.enqueue, jobs.enqueue_many and jobs.outbox_stage is the
+-- job's own id, which keeps that index small (the functions themselves stay in their files). Lock order: job rows (skip
 -- locked), then their runs' steps, then outbox rows (skip locked), then events (skip locked).
 -- Calls are serialised by a transaction-scoped advisory lock: two purges splitting one run
 -- between them would each see the other's row still standing and leave the run's steps behind.
@@ -550,6 +552,40 @@ create index jobs_ended_idx
 create index jobs_run_shared_idx
   on jobs.jobs (run_id)
   where run_id <> id;
+
+-- jobs._run_stands: whether a job row of the run is left: the row whose id is the run's (a job
+-- enqueued without a run_id), or one continuing the run (jobs_run_shared_idx, its predicate
+-- spelled out so the planner can prove it). Two index probes.
+-- Answers boolean. Raises nothing. Locks nothing. Introduced in revision 0011.
+create function jobs._run_stands(run_id uuid)
+returns boolean
+language sql
+stable
+set search_path = pg_catalog, pg_temp
+as $$
+  select exists (
+           select 1 from jobs.jobs j where j.id = _run_stands.run_id and j.run_id = j.id
+         )
+      or exists (
+           select 1 from jobs.jobs j where j.run_id = _run_stands.run_id and j.run_id <> j.id
+         )
+$$;
+
+-- jobs._outbox_awaits: whether an unpublished outbox row of this database names the job id: its
+-- relay published it and stopped before marking the row, so the row will be published again,
+-- and the job must stay to meet that publish (jobs.enqueue dedupes on the id) or it runs twice.
+-- A primary key probe. Answers boolean. Raises nothing. Locks nothing. Introduced in revision
+-- 0011.
+create function jobs._outbox_awaits(id uuid)
+returns boolean
+language sql
+stable
+set search_path = pg_catalog, pg_temp
+as $$
+  select exists (
+    select 1 from jobs.outbox o where o.id = _outbox_awaits.id and o.published_at is null
+  )
+$$;
 
 create type jobs.purge_result as (
   jobs integer,
@@ -582,13 +618,11 @@ set search_path = pg_catalog, pg_temp
 as $$
 declare
   v_now timestamptz := jobs._now();
-  v_done integer;
-  v_ended integer;
+  v_jobs integer;
   v_steps integer := 0;
   v_outbox integer;
   v_events integer;
   v_runs uuid[];
-  v_more uuid[];
 begin
   if done_after is null or done_after < interval '0' then
     perform jobs._invalid('jobs.purge', 'done_after', 'must be an interval of 0 or more');
@@ -605,17 +639,27 @@ begin
 
   perform pg_advisory_xact_lock(hashtext('jobs.purge'));
 
+  -- each window in its own subquery, so each walks its own partial index oldest first
   with batch as materialized (
-    select j.id
-      from jobs.jobs j
-     where j.state = 'done'
-       and j.finished_at < v_now - purge.done_after
-       and not exists (
-         select 1 from jobs.outbox o where o.id = j.id and o.published_at is null
-       )
-     order by j.finished_at
-     limit purge.batch_size
-       for update skip locked
+    select d.id
+      from (select j.id
+              from jobs.jobs j
+             where j.state = 'done'
+               and j.finished_at < v_now - purge.done_after
+               and not jobs._outbox_awaits(j.id)
+             order by j.finished_at
+             limit purge.batch_size
+               for update skip locked) d
+    union all
+    select e.id
+      from (select j.id
+              from jobs.jobs j
+             where j.state in ('failed', 'dead', 'cancelled')
+               and j.finished_at < v_now - purge.ended_after
+               and not jobs._outbox_awaits(j.id)
+             order by j.finished_at
+             limit purge.batch_size
+               for update skip locked) e
   ),
   removed as (
     delete from jobs.jobs j
@@ -624,43 +668,13 @@ begin
     returning j.run_id
   )
   select count(*), coalesce(array_agg(distinct r.run_id), '{}')
-    into v_done, v_runs
+    into v_jobs, v_runs
     from removed r;
 
-  with batch as materialized (
-    select j.id
-      from jobs.jobs j
-     where j.state in ('failed', 'dead', 'cancelled')
-       and j.finished_at < v_now - purge.ended_after
-       and not exists (
-         select 1 from jobs.outbox o where o.id = j.id and o.published_at is null
-       )
-     order by j.finished_at
-     limit purge.batch_size
-       for update skip locked
-  ),
-  removed as (
-    delete from jobs.jobs j
-     using batch b
-     where j.id = b.id
-    returning j.run_id
-  )
-  select count(*), coalesce(array_agg(distinct r.run_id), '{}')
-    into v_ended, v_more
-    from removed r;
-  v_runs := v_runs || v_more;
-
-  -- a run's rows: the one whose id is the run's, and those continuing it (jobs_run_shared_idx,
-  -- whose predicate is spelled out so the planner can prove it)
   with gone as (
     delete from jobs.steps s
      where s.run_id = any(v_runs)
-       and not exists (
-         select 1 from jobs.jobs j where j.id = s.run_id and j.run_id = s.run_id
-       )
-       and not exists (
-         select 1 from jobs.jobs j where j.run_id = s.run_id and j.run_id <> j.id
-       )
+       and not jobs._run_stands(s.run_id)
     returning 1
   )
   select count(*) into v_steps from gone;
@@ -693,6 +707,104 @@ begin
   )
   select count(*) into v_events from gone;
 
-  return (v_done + v_ended, v_steps, v_outbox, v_events)::jobs.purge_result;
+  return (v_jobs, v_steps, v_outbox, v_events)::jobs.purge_result;
+end;
+$$;
+
+-- >>> sql/functions/130_operator.sql: remove
+
+-- jobs.remove: delete a job that is not running, and its run's steps once no row of the run
+-- is left. Arguments: id. Answers true.
+-- Raises X_JOB_NOT_FOUND, X_JOB_NOT_REMOVABLE (it is running: cancel it first).
+-- Locks: the job row, then its steps. Introduced in revision 0005; since revision 0011 whether
+-- a row of the run is left is two index probes (jobs._run_stands), not a read of the table.
+create or replace function jobs.remove(id uuid)
+returns boolean
+language plpgsql
+volatile
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+  v_job record;
+begin
+  select j.state, j.run_id into v_job from jobs.jobs j where j.id = remove.id for update;
+  if not found then
+    perform jobs._raise('X_JOB_NOT_FOUND', format('no job has id %s', remove.id),
+                        jsonb_build_object('id', remove.id));
+  end if;
+  if v_job.state = 'running' then
+    perform jobs._raise('X_JOB_NOT_REMOVABLE',
+                        format('job %s is running; cancel it first', remove.id),
+                        jsonb_build_object('id', remove.id, 'state', v_job.state));
+  end if;
+  delete from jobs.jobs j where j.id = remove.id;
+  if not jobs._run_stands(v_job.run_id) then
+    delete from jobs.steps s where s.run_id = v_job.run_id;
+  end if;
+  return true;
+end;
+$$;
+
+-- >>> sql/functions/130_operator.sql: remove_many
+
+-- jobs.remove_many: delete jobs of one state (any but running), optionally of one queue, name
+-- and tenant, at most 1,000 a call, with the steps of runs no row is left of.
+-- A call's rows are in no particular order (since revision 0008; oldest first before).
+-- Answers (affected, remaining). Raises X_ARGUMENT_INVALID. Locks the rows (skip locked), then
+-- their steps. Introduced in revision 0005; since revision 0011 a run's remaining rows are two
+-- index probes a run (jobs._run_stands), not a read of the table.
+create or replace function jobs.remove_many(
+  state text,
+  queue text default null,
+  name text default null,
+  tenant_id text default null
+)
+returns jobs.bulk_result
+language plpgsql
+volatile
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+  v_affected integer;
+  v_remaining bigint;
+  v_runs uuid[];
+begin
+  perform jobs._bulk_check('jobs.remove_many', remove_many.state,
+                           array['ready', 'delayed', 'suspended', 'done', 'failed', 'dead',
+                                 'cancelled']);
+  with batch as materialized (
+    -- in no particular order: every row of the state goes, and since revision 0008 no index
+    -- orders the table by age (a sort of the whole state came before the first row locked)
+    select j.id
+      from jobs.jobs j
+     where j.state = remove_many.state
+       and (remove_many.queue is null or j.queue = remove_many.queue)
+       and (remove_many.name is null or j.name = remove_many.name)
+       and (remove_many.tenant_id is null or j.tenant_id = remove_many.tenant_id)
+     limit 1000
+       for update skip locked
+  ),
+  removed as (
+    delete from jobs.jobs j
+     using batch b
+     where j.id = b.id
+    returning j.run_id
+  )
+  select count(*), coalesce(array_agg(distinct r.run_id), '{}')
+    into v_affected, v_runs
+    from removed r;
+
+  delete from jobs.steps s
+   where s.run_id = any(v_runs)
+     and not jobs._run_stands(s.run_id);
+
+  select count(*)
+    into v_remaining
+    from jobs.jobs j
+   where j.state = remove_many.state
+     and (remove_many.queue is null or j.queue = remove_many.queue)
+     and (remove_many.name is null or j.name = remove_many.name)
+     and (remove_many.tenant_id is null or j.tenant_id = remove_many.tenant_id);
+  return (v_affected, v_remaining)::jobs.bulk_result;
 end;
 $$;
