@@ -289,8 +289,7 @@ class Worker:
                 await self._settle_held()
                 raise
             await self._settle_held()
-            if self._chores:
-                await asyncio.gather(*self._chores, return_exceptions=True)
+            await self._finish_chores()
         finally:
             if install_signal_handlers:
                 for number in (signals.SIGTERM, signals.SIGINT):
@@ -452,7 +451,23 @@ class Worker:
             return
         self._accepting = False  # already so after a drain: every row goes back uncounted
         await self._take(rows, time.monotonic())
-        await asyncio.gather(*self._chores, return_exceptions=True)
+        await self._finish_chores()
+
+    async def _finish_chores(self) -> None:
+        """Wait for the chores (the on_settled hooks of buried rows): without limit after stop(),
+        within what is left of the drain's budget once draining; past it they are cancelled, so
+        a slow hook cannot hold the process past the platform's grace period."""
+        if not self._chores:
+            return
+        _done, late = await asyncio.wait(set(self._chores), timeout=self.drain_time_left())
+        if late:
+            log.error(
+                "jobs.worker.chores-abandoned",
+                extra={"worker": self.worker_id, "abandoned": len(late)},
+            )
+            for chore in late:
+                chore.cancel()
+            await asyncio.gather(*late, return_exceptions=True)
 
     async def _take(self, rows: list[ClaimedJob], asked: float) -> int:
         """Start the claimed rows (or hand them back uncounted once draining) and announce the

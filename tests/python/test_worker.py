@@ -1047,6 +1047,51 @@ def test_claimed_rows_start_before_a_slow_hook_of_a_buried_row(database_url):
     assert started[0] - began < 1.4  # it did not wait for the buried row's 1.5 s hook
 
 
+def test_a_drain_does_not_wait_past_its_deadline_for_a_buried_rows_hook(database_url, caplog):
+    # the on_settled hooks of rows the claim buried ran to their end (3 tries each) after the
+    # drain's deadline, holding the process past the platform's grace period
+    registry = _registry(database_url)
+    hooked: list[str] = []
+
+    async def stuck_hook(settled):
+        hooked.append("called")
+        await asyncio.sleep(30)
+
+    @registry.job(
+        name="stuck-hook",
+        input=Item,
+        idempotency_key=lambda i: i.key,
+        tenant="none",
+        retry=RetryPolicy.of(attempts=1),
+        on_settled=stuck_hook,
+    )
+    async def stuck(ctx):
+        return None
+
+    stuck.enqueue({"key": "s"})
+    with psycopg.connect(database_url, autocommit=True) as connection:
+        durajobs.execute(connection, calls.claim(["default"], "died"))
+        connection.execute("update jobs.jobs set lease_expires_at = now() - interval '1 second'")
+    worker = Worker(registry, database_url, listen=False, drain_deadline="1s")
+
+    async def scenario() -> float:
+        runner = asyncio.ensure_future(worker.run())
+        async with asyncio.timeout(10):
+            while not hooked:
+                await asyncio.sleep(0.02)
+        worker.drain()
+        began = time.monotonic()
+        async with asyncio.timeout(10):
+            await runner
+        return time.monotonic() - began
+
+    with caplog.at_level(logging.ERROR, logger="durajobs"):
+        took = asyncio.run(scenario())
+    assert took < 2.0, f"the drain took {took:.1f} s against a 1 s deadline"
+    assert any(r.getMessage() == "jobs.worker.chores-abandoned" for r in caplog.records)
+    assert _rows(database_url, "select state from jobs.jobs") == [("dead",)]
+
+
 def test_a_slot_frees_when_the_body_ends_not_when_its_ack_lands(database_url):
     """The next claim overlaps the settle of the job before, and bodies never exceed the cap."""
     registry = _registry(database_url)
