@@ -584,6 +584,15 @@ def worker_heartbeat(
     return _call("jobs.worker_heartbeat", "", arguments, _scalar, scalar=True)
 
 
+def worker_running(worker_id: str) -> Call[list[tuple[UUID, int]]]:
+    """`jobs.worker_running_v1`: the (id, claim) of each row `worker_id` holds running."""
+
+    def decode(rows: Sequence[Row]) -> list[tuple[UUID, int]]:
+        return [(row[0], int(row[1])) for row in rows]
+
+    return _call("jobs.worker_running_v1", "id, claim", {"worker_id": worker_id}, decode)
+
+
 def worker_draining(worker_id: str) -> Call[bool]:
     return _call("jobs.worker_draining", "", {"worker_id": worker_id}, _scalar, scalar=True)
 

@@ -140,9 +140,10 @@ class Worker:
         self.keep_executions = False
         self._executor: ThreadPoolExecutor | None = None
         self._chores: set[asyncio.Task[None]] = set()
-        # a claim whose wait a cancel cut: its statement may have committed, so its rows are
-        # this worker's to hand back before the pool closes
-        self._cut_claim: asyncio.Future[list[ClaimedJob]] | None = None
+        # a claim whose wait a cancel cut: its statement may have committed with the answer
+        # thrown away, so the teardown asks which rows this worker holds without knowing
+        self._claim_cut = False
+        self._abandoned_ids: set[uuid.UUID] = set()  # their bodies may still run: never given back
         self._registered = False
         self.idle_waits: list[
             float
@@ -303,8 +304,8 @@ class Worker:
         """Give back what run() took: the rows of a cut claim, the wake, the registry row, the
         metrics port, the pool."""
         try:
-            if self._cut_claim is not None:
-                await self._hand_back(self._cut_claim)
+            if self._claim_cut:
+                await self._give_back_unknown_rows()
             if self._wake is not None:
                 await self._wake.stop()
             if self._registered:
@@ -333,6 +334,7 @@ class Worker:
                 )
                 for done in pending:
                     held[done].abandon()
+                    self._abandoned_ids.add(held[done].row.id)
                 carriers = [held[done].task for done in pending]
                 await asyncio.gather(*pending, *filter(None, carriers), return_exceptions=True)
                 return
@@ -417,8 +419,8 @@ class Worker:
             asked - self._lapsed_scanned.get(queue, -math.inf) >= LAPSED_SCAN_INTERVAL
             for queue in queues
         )
-        claiming = asyncio.ensure_future(
-            self.db.run(
+        try:
+            rows = await self.db.run(
                 calls.claim(
                     queues,
                     self.worker_id,
@@ -428,30 +430,33 @@ class Worker:
                     recover_lapsed=recover,
                 )
             )
-        )
-        try:
-            # shielded: a cancel reaching the statement after it committed on the server would
-            # throw its rows away, to come back only when their leases lapse, each one counted
-            rows = await asyncio.shield(claiming)
         except asyncio.CancelledError:
-            self._cut_claim = claiming  # handed back by the teardown
+            # psycopg answers a cancel by cancelling the statement, and raises even when it had
+            # already committed: the rows would stay running until their leases lapse, each a
+            # counted attempt. Not shielded (a task per claim cost about a tenth of the
+            # burn-down): the teardown asks for them instead
+            self._claim_cut = True
             raise
         # a full batch or a burial may have left lapsed rows behind: look again on the next claim
         if recover and len(rows) < size and not any(row.buried for row in rows):
             self._lapsed_scanned.update(dict.fromkeys(queues, asked))
         return await self._take(rows, asked)
 
-    async def _hand_back(self, claiming: asyncio.Future[list[ClaimedJob]]) -> None:
-        """Wait for a cut claim's answer (within the drain's budget) and give its rows back."""
+    async def _give_back_unknown_rows(self) -> None:
+        """After a cut claim: hand back, uncounted, the rows this worker holds running but never
+        started (within the drain's budget). Abandoned attempts keep theirs: their bodies may
+        still run."""
         try:
             async with asyncio.timeout(self.drain_time_left()):
-                rows = await claiming
+                held = await self.db.run(calls.worker_running(self.worker_id))
+                for id, claim in held:
+                    if id in self._running or id in self._abandoned_ids:
+                        continue
+                    await self.db.run(
+                        calls.nack(id, self.worker_id, claim, counts_as_attempt=False)
+                    )
         except Exception as failure:  # TimeoutError included: the rows lapse, as on a crash
             log.error("jobs.worker.claim-lost", extra={"error": repr(failure)})
-            return
-        self._accepting = False  # already so after a drain: every row goes back uncounted
-        await self._take(rows, time.monotonic())
-        await self._finish_chores()
 
     async def _finish_chores(self) -> None:
         """Wait for the chores (the on_settled hooks of buried rows): without limit after stop(),

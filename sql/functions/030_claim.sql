@@ -358,3 +358,28 @@ begin
                        claim_v3.recover_lapsed) c;
 end;
 $$;
+
+-- jobs.worker_running_v1: the rows worker_id holds running, with their claim tokens. A worker
+-- whose wait for a claim was cut by a cancel asks it before it stops: the claim may have
+-- committed while its answer was thrown away, and the rows it does not know it holds go back
+-- uncounted (jobs.nack_v1, fenced on these tokens) instead of lapsing as counted attempts.
+-- Reads the running rows only (jobs_lease_idx). Answers (id, claim), in no particular order.
+-- Raises X_ARGUMENT_INVALID for a NULL or blank worker_id. Locks nothing. Introduced in
+-- revision 0011.
+create function jobs.worker_running_v1(worker_id text)
+returns table (id uuid, claim bigint)
+language plpgsql
+stable
+set search_path = pg_catalog, pg_temp
+as $$
+begin
+  if worker_id is null or btrim(worker_id) = '' then
+    perform jobs._invalid('jobs.worker_running_v1', 'worker_id', 'must name the worker');
+  end if;
+  return query
+    select j.id, j.claims
+      from jobs.jobs j
+     where j.state = 'running'
+       and j.claimed_by = worker_running_v1.worker_id;
+end;
+$$;

@@ -2,7 +2,7 @@
 -- the lease and claim token, re-taking a dead worker's rows, and burying exhausted ones (R40).
 begin;
 \ir fixtures/factory.sql
-select plan(86);
+select plan(90);
 
 set local durajobs.now = '2026-01-01 00:00:00+00';
 
@@ -335,6 +335,27 @@ select throws_like(
 select throws_ok(
   $$select * from jobs.claim_v3(queues => array['q'], worker_id => 'w', recover_lapsed => null)$$,
   'JQ001', null, 'claim_v3 refuses a NULL recover_lapsed');
+
+-- jobs.worker_running_v1: the rows a worker holds running, with their claim tokens
+select jobs_test.enqueue(queue => 'q-held') as held_a \gset
+select jobs_test.enqueue(queue => 'q-held') as held_b \gset
+select jobs_test.enqueue(queue => 'q-held') as held_other \gset
+create temporary table held_claims as
+  select c.id, c.claim from jobs.claim_v3(array['q-held'], 'w-held', batch_size => 2) c;
+select jobs_test.claim_one(queue => 'q-held', worker_id => 'w-else') \g /dev/null
+select set_eq(
+  $$select id, claim from jobs.worker_running_v1('w-held')$$,
+  $$select id, claim from held_claims$$,
+  'worker_running_v1 answers the rows the worker holds, with their claim tokens');
+select jobs.ack_v1(id => c.id, worker_id => 'w-held', claim => c.claim)
+  from held_claims c order by c.id limit 1 \g /dev/null
+select is((select count(*) from jobs.worker_running_v1('w-held')), 1::bigint,
+          'a settled row is no longer held');
+select is((select count(*) from jobs.worker_running_v1('nobody')), 0::bigint,
+          'a worker holding nothing gets no row');
+select throws_ok($$select * from jobs.worker_running_v1(' ')$$, 'JQ001',
+                 'X_ARGUMENT_INVALID: jobs.worker_running_v1: worker_id must name the worker',
+                 'a blank worker_id is refused');
 
 select * from finish();
 rollback;

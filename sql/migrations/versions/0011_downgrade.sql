@@ -1,9 +1,9 @@
 -- Revision 0011 down: remove jobs.purge, its result type, jobs._run_stands,
--- jobs._outbox_awaits and the indexes jobs_done_idx, jobs_ended_idx and jobs_run_shared_idx; put
--- back the jobs.enqueue of revision 0001, the jobs.enqueue_many, jobs.outbox_stage, jobs.remove
--- and jobs.remove_many of revision 0010 (a run_id not given is a random uuid again; the rows
--- made meanwhile keep their run ids, their own ids), and go back to schema version 10. Nothing
--- stored is touched.
+-- jobs._outbox_awaits, jobs.worker_running_v1 and the indexes jobs_done_idx, jobs_ended_idx and
+-- jobs_run_shared_idx; put back the jobs.enqueue of revision 0001, the jobs.enqueue_many,
+-- jobs.outbox_stage, jobs.remove and jobs.remove_many of revision 0010 (a run_id not given is a
+-- random uuid again; the rows made meanwhile keep their run ids, their own ids), and go back to
+-- schema version 10. Nothing stored is touched.
 
 create or replace function jobs.version()
 returns integer
@@ -596,6 +596,7 @@ begin
 end;
 $$;
 
+drop function jobs.worker_running_v1(text);
 drop function jobs.purge(interval, interval, interval, integer);
 drop type jobs.purge_result;
 drop function jobs._run_stands(uuid);

@@ -7,7 +7,8 @@
 -- run_id (jobs.enqueue, jobs.enqueue_many and jobs.outbox_stage are re-created for it; a random
 -- uuid before), and jobs_run_shared_idx holds the jobs that continue another's run, so whether a
 -- run still has a row is two index probes instead of a read of the table (jobs._run_stands, which
--- jobs.remove and jobs.remove_many, re-created, use too). Schema version 11.
+-- jobs.remove and jobs.remove_many, re-created, use too). Also jobs.worker_running_v1: the rows a
+-- worker holds running, which a worker whose claim a cancel cut gives back. Schema version 11.
 -- Frozen: never edit after release; a change ships as a new revision.
 
 -- jobs.version: the installed schema version; the Python package refuses an older one.
@@ -806,5 +807,32 @@ begin
      and (remove_many.name is null or j.name = remove_many.name)
      and (remove_many.tenant_id is null or j.tenant_id = remove_many.tenant_id);
   return (v_affected, v_remaining)::jobs.bulk_result;
+end;
+$$;
+
+-- >>> sql/functions/030_claim.sql: worker_running_v1
+
+-- jobs.worker_running_v1: the rows worker_id holds running, with their claim tokens. A worker
+-- whose wait for a claim was cut by a cancel asks it before it stops: the claim may have
+-- committed while its answer was thrown away, and the rows it does not know it holds go back
+-- uncounted (jobs.nack_v1, fenced on these tokens) instead of lapsing as counted attempts.
+-- Reads the running rows only (jobs_lease_idx). Answers (id, claim), in no particular order.
+-- Raises X_ARGUMENT_INVALID for a NULL or blank worker_id. Locks nothing. Introduced in
+-- revision 0011.
+create function jobs.worker_running_v1(worker_id text)
+returns table (id uuid, claim bigint)
+language plpgsql
+stable
+set search_path = pg_catalog, pg_temp
+as $$
+begin
+  if worker_id is null or btrim(worker_id) = '' then
+    perform jobs._invalid('jobs.worker_running_v1', 'worker_id', 'must name the worker');
+  end if;
+  return query
+    select j.id, j.claims
+      from jobs.jobs j
+     where j.state = 'running'
+       and j.claimed_by = worker_running_v1.worker_id;
 end;
 $$;
