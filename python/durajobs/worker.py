@@ -287,6 +287,10 @@ class Worker:
                 # under asyncio.run): drain as SIGTERM would, or held attempts would run on
                 # past a closed pool and come back only when their leases lapse, each counted
                 self.drain()
+                if self._claim_cut:
+                    # at once, not after the held attempts: rows waiting on a drain's full
+                    # budget could lapse into another worker's counted attempts meanwhile
+                    await self._give_back_unknown_rows()
                 await self._settle_held()
                 raise
             await self._settle_held()
@@ -430,6 +434,11 @@ class Worker:
                     recover_lapsed=recover,
                 )
             )
+            # a full batch or a burial may have left lapsed rows behind: look again next claim
+            if recover and len(rows) < size and not any(row.buried for row in rows):
+                self._lapsed_scanned.update(dict.fromkeys(queues, asked))
+            # inside the try: a cancel among the hand-backs of a drain leaves rows unknown too
+            return await self._take(rows, asked)
         except asyncio.CancelledError:
             # psycopg answers a cancel by cancelling the statement, and raises even when it had
             # already committed: the rows would stay running until their leases lapse, each a
@@ -437,10 +446,6 @@ class Worker:
             # burn-down): the teardown asks for them instead
             self._claim_cut = True
             raise
-        # a full batch or a burial may have left lapsed rows behind: look again on the next claim
-        if recover and len(rows) < size and not any(row.buried for row in rows):
-            self._lapsed_scanned.update(dict.fromkeys(queues, asked))
-        return await self._take(rows, asked)
 
     async def _give_back_unknown_rows(self) -> None:
         """After a cut claim: hand back, uncounted, the rows this worker holds running but never
@@ -455,6 +460,7 @@ class Worker:
                     await self.db.run(
                         calls.nack(id, self.worker_id, claim, counts_as_attempt=False)
                     )
+            self._claim_cut = False
         except Exception as failure:  # TimeoutError included: the rows lapse, as on a crash
             log.error("jobs.worker.claim-lost", extra={"error": repr(failure)})
 
