@@ -104,12 +104,12 @@ from durajobs.records import (
     CounterRow,
     CounterTotal,
     JobSummary,
-    PurgeResult,
     QueueDepth,
     QueueStat,
     TaskState,
     WorkerRecord,
 )
+from durajobs.retention import NOTHING as NOTHING_PURGED
 
 if TYPE_CHECKING:
     pass
@@ -457,7 +457,7 @@ def _cmd_jobs_bulk(args: argparse.Namespace) -> int:
 def _cmd_jobs_purge(args: argparse.Namespace) -> int:
     retention = retention_from(args)
     assert retention is not None  # `jobs purge` has no --no-purge
-    deleted, made = PurgeResult(0, 0, 0, 0), 0
+    deleted, made = NOTHING_PURGED, 0
     with _connect(args) as client:
         while True:
             answer = client.run(retention.call())
