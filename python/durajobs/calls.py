@@ -157,7 +157,7 @@ def claim(
     drop_exhausted: Sequence[str] | None = None,
     recover_lapsed: bool | None = None,
 ) -> Call[list[ClaimedJob]]:
-    """`jobs.claim_v3`; `recover_lapsed=False` skips the burial and re-take of lapsed leases."""
+    """`jobs.claim_v1`; `recover_lapsed=False` skips the burial and re-take of lapsed leases."""
     if not queues:
         # refused before SQL, as the function would refuse it
         raise ClaimQueuesEmpty(
@@ -172,7 +172,7 @@ def claim(
         "drop_exhausted": None if drop_exhausted is None else list(drop_exhausted),
         "recover_lapsed": recover_lapsed,
     }
-    return _call("jobs.claim_v3", ClaimedJob.COLUMNS, arguments, _all(ClaimedJob.from_row))
+    return _call("jobs.claim_v1", ClaimedJob.COLUMNS, arguments, _all(ClaimedJob.from_row))
 
 
 def ack(id: UUID, worker_id: str, claim: int) -> Call[bool]:

@@ -27,7 +27,7 @@ class EnqueueResult:
 
 @dataclass(frozen=True, slots=True)
 class ClaimedJob:
-    """A row jobs.claim_v3 answered: claimed ('running') or buried ('dead' or 'failed')."""
+    """A row jobs.claim_v1 answered: claimed ('running') or buried ('dead' or 'failed')."""
 
     id: UUID
     run_id: UUID
@@ -46,7 +46,7 @@ class ClaimedJob:
     last_error: str | None
     traceparent: str | None
     enqueued_by: str | None
-    # whether the run has stored steps (jobs.claim_v2 and _v3); unknown (True) from jobs.claim_v1
+    # whether the run may have stored steps: False lets the worker skip reading its history
     has_steps: bool = True
 
     COLUMNS = (

@@ -3,15 +3,14 @@
 -- Tables: jobs.error_codes (read by jobs._raise). Locks nothing.
 
 -- jobs.version: the installed schema version; the Python package refuses an older one.
--- Answers an integer. Raises nothing. Introduced in revision 0001; since then it answers the
--- number of the newest revision installed (11 since revision 0011).
+-- Answers the number of the newest alembic revision installed. Raises nothing.
 create function jobs.version()
 returns integer
 language sql
 stable
 set search_path = pg_catalog, pg_temp
 as $$
-  select 11
+  select 1
 $$;
 
 -- jobs._now: the one clock every function reads. A test pins it with

@@ -22,14 +22,15 @@ create type jobs.claimed_job as (
   lease_expires_at timestamptz,
   last_error text,
   traceparent text,
-  enqueued_by text
+  enqueued_by text,
+  has_steps boolean
 );
 
--- jobs._claim: the claim itself, for jobs.claim_v1 and jobs.claim_v3. Arguments: the calling
--- function's name (errors name it), then those of jobs.claim_v3, none defaulted.
--- recover_lapsed false skips the burial and the re-take (both read jobs_lease_idx); the waiting
--- rows are handed out as always. Raises what jobs.claim_v1 raises, naming function_name.
--- Introduced in revision 0007 (the body of jobs.claim_v1 until then).
+-- jobs._claim: the claim itself, behind jobs.claim_v1. Arguments: the calling function's name
+-- (errors name it), then those of jobs.claim_v1, none defaulted. recover_lapsed false skips the
+-- burial and the re-take (both read jobs_lease_idx); the waiting rows are handed out as always.
+-- Answers has_steps NULL: jobs.claim_v1 fills it in for the rows it answers.
+-- Raises what jobs.claim_v1 raises, naming function_name.
 create function jobs._claim(
   function_name text,
   queues text[],
@@ -43,8 +44,8 @@ returns setof jobs.claimed_job
 language plpgsql
 volatile
 set search_path = pg_catalog, pg_temp
--- the statements' plans are kept (since revision 0007): re-planning them on every call, as the
--- plan cache chose to, was most of an idle worker's pickup claim
+-- the statements' plans are kept: re-planning them on every call, as the plan cache chose to,
+-- was most of an idle worker's pickup claim
 set plan_cache_mode = force_generic_plan
 as $$
 declare
@@ -126,7 +127,7 @@ begin
       )
       select b.id, b.run_id, b.name, b.queue, b.input, b.tenant_id, b.state, b.attempt,
              b.max_attempts, b.claims, b.priority, b.run_at, b.created_at, b.lease_expires_at,
-             b.last_error, b.traceparent, b.enqueued_by
+             b.last_error, b.traceparent, b.enqueued_by, null::boolean
         from buried b
        cross join counted;
 
@@ -159,7 +160,7 @@ begin
       )
       select c.id, c.run_id, c.name, c.queue, c.input, c.tenant_id, c.state, c.attempt,
              c.max_attempts, c.claims, c.priority, c.run_at, c.created_at, c.lease_expires_at,
-             c.last_error, c.traceparent, c.enqueued_by
+             c.last_error, c.traceparent, c.enqueued_by, null::boolean
         from claimed c
        order by c.priority, c.run_at, c.id;
     get diagnostics v_taken = row_count;
@@ -206,7 +207,7 @@ begin
     )
     select c.id, c.run_id, c.name, c.queue, c.input, c.tenant_id, c.state, c.attempt,
            c.max_attempts, c.claims, c.priority, c.run_at, c.created_at, c.lease_expires_at,
-           c.last_error, c.traceparent, c.enqueued_by
+           c.last_error, c.traceparent, c.enqueued_by, null::boolean
       from claimed c
      order by c.priority, c.run_at, c.id;
 end;
@@ -214,26 +215,29 @@ $$;
 
 
 -- jobs.claim_v1: claim up to batch_size jobs of the given queues for worker_id.
--- Arguments: queues (non-empty), worker_id, batch_size (1), visibility (30 s lease), and
+-- Arguments: queues (non-empty), worker_id, batch_size (1), visibility (30 s lease),
 -- drop_exhausted (job names that end 'failed' instead of 'dead' when their final attempt's lease
--- lapses, because they do not dead-letter).
+-- lapses, because they do not dead-letter) and recover_lapsed (true: this call also buries and
+-- re-takes rows whose lease lapsed). A worker passes recover_lapsed true about once a second and
+-- false between: the scan for lapsed leases reads every dead entry of jobs_lease_idx that a
+-- vacuum has not yet removed, which after a burst of work costs more than the claim itself.
 -- Order: first rows whose lease lapsed (a dead worker's, re-taken as a new attempt), then waiting
 -- rows due now by priority (lower first), run_at, id. Paused queues are skipped.
 -- Answers the claimed rows with state 'running' and their claim token, which every later call on
--- the attempt must present. Also answers, with state 'dead' or 'failed', the rows it buried:
--- running rows whose lease lapsed at attempt >= max_attempts, settled in this statement with
--- last_error 'LEASE_LAPSED_FINAL_ATTEMPT' and never handed out. Never more claimed rows than
--- batch_size (the candidates are materialised before the update). A burial counts as dead (or
--- failed) in the counters, in the burying statement (since revision 0006).
+-- the attempt must present, and has_steps: whether the run may have stored steps, so a worker
+-- reads the step history only of runs that may have one. Also answers, with state 'dead' or
+-- 'failed', the rows it buried: running rows whose lease lapsed at attempt >= max_attempts,
+-- settled in this statement with last_error 'LEASE_LAPSED_FINAL_ATTEMPT' and never handed out;
+-- a burial counts as dead (or failed) in the counters. Never more claimed rows than batch_size
+-- (the candidates are materialised before the update).
 -- Raises X_JOB_CLAIM_QUEUES_EMPTY, X_ARGUMENT_INVALID. Locks: the rows it answers.
--- Introduced in revision 0001; since revision 0007 it calls jobs._claim, which updates the
--- waiting rows by primary key and keeps generic plans.
 create function jobs.claim_v1(
   queues text[],
   worker_id text,
   batch_size integer default 1,
   visibility interval default interval '30 seconds',
-  drop_exhausted text[] default '{}'
+  drop_exhausted text[] default '{}',
+  recover_lapsed boolean default true
 )
 returns setof jobs.claimed_job
 language plpgsql
@@ -244,118 +248,19 @@ begin
   return query
     select c.id, c.run_id, c.name, c.queue, c.input, c.tenant_id, c.state, c.attempt,
            c.max_attempts, c.claim, c.priority, c.run_at, c.created_at, c.lease_expires_at,
-           c.last_error, c.traceparent, c.enqueued_by
-      from jobs._claim('jobs.claim_v1', queues, worker_id, batch_size, visibility,
-                       drop_exhausted, true) c;
-end;
-$$;
-
--- jobs.claim_v2: jobs.claim_v1, and for each row whether its run has stored steps, so a worker
--- reads the step history only of runs that may have one: true past the first attempt, else
--- whether a step is stored (most first attempts have none).
--- Arguments, order, answers and errors: those of jobs.claim_v1, plus has_steps.
--- Locks: those of jobs.claim_v1. Introduced in revision 0006.
-create function jobs.claim_v2(
-  queues text[],
-  worker_id text,
-  batch_size integer default 1,
-  visibility interval default interval '30 seconds',
-  drop_exhausted text[] default '{}'
-)
-returns table (
-  id uuid,
-  run_id uuid,
-  name text,
-  queue text,
-  input jsonb,
-  tenant_id text,
-  state text,
-  attempt integer,
-  max_attempts integer,
-  claim bigint,
-  priority integer,
-  run_at timestamptz,
-  created_at timestamptz,
-  lease_expires_at timestamptz,
-  last_error text,
-  traceparent text,
-  enqueued_by text,
-  has_steps boolean
-)
-language sql
-volatile
-set search_path = pg_catalog, pg_temp
-as $$
-  select c.id, c.run_id, c.name, c.queue, c.input, c.tenant_id, c.state, c.attempt,
-         c.max_attempts, c.claim, c.priority, c.run_at, c.created_at, c.lease_expires_at,
-         c.last_error, c.traceparent, c.enqueued_by,
-         -- a run past its first attempt always reads its history: a body whose lease lapsed
-         -- may have written a step after this statement's snapshot was taken. The probe
-         -- walks the primary key's order, so no plan can hash every step instead (one was
-         -- chosen on statistics taken while the table was small; since revision 0010)
-         c.attempt > 1
-           or (select true
-                 from jobs.steps s
-                where s.run_id = c.run_id
-                order by s.run_id, s.name
-                limit 1) is not null
-    from jobs.claim_v1(queues, worker_id, batch_size, visibility, drop_exhausted) c
-$$;
-
--- jobs.claim_v3: jobs.claim_v2, and recover_lapsed (default true) says whether this call also
--- buries and re-takes rows whose lease lapsed. A worker passes true about once a second and
--- false between: the scan for lapsed leases reads every dead entry of jobs_lease_idx that a
--- vacuum has not yet removed, which after a burst of work costs more than the claim itself.
--- Arguments, order, answers, errors and locks: those of jobs.claim_v2 (errors name
--- jobs.claim_v3), plus recover_lapsed. Introduced in revision 0007.
-create function jobs.claim_v3(
-  queues text[],
-  worker_id text,
-  batch_size integer default 1,
-  visibility interval default interval '30 seconds',
-  drop_exhausted text[] default '{}',
-  recover_lapsed boolean default true
-)
-returns table (
-  id uuid,
-  run_id uuid,
-  name text,
-  queue text,
-  input jsonb,
-  tenant_id text,
-  state text,
-  attempt integer,
-  max_attempts integer,
-  claim bigint,
-  priority integer,
-  run_at timestamptz,
-  created_at timestamptz,
-  lease_expires_at timestamptz,
-  last_error text,
-  traceparent text,
-  enqueued_by text,
-  has_steps boolean
-)
-language plpgsql
-volatile
-set search_path = pg_catalog, pg_temp
-as $$
-begin
-  return query
-    select c.id, c.run_id, c.name, c.queue, c.input, c.tenant_id, c.state, c.attempt,
-           c.max_attempts, c.claim, c.priority, c.run_at, c.created_at, c.lease_expires_at,
            c.last_error, c.traceparent, c.enqueued_by,
-           -- as in jobs.claim_v2: a run past its first attempt always reads its history, and
-           -- the probe walks the primary key
+           -- a run past its first attempt always reads its history: a body whose lease lapsed
+           -- may have written a step after this statement's snapshot was taken. The probe walks
+           -- the primary key's order, so no plan can hash every step instead
            c.attempt > 1
              or (select true
                    from jobs.steps s
                   where s.run_id = c.run_id
                   order by s.run_id, s.name
                   limit 1) is not null
-      from jobs._claim('jobs.claim_v3', claim_v3.queues, claim_v3.worker_id,
-                       claim_v3.batch_size, claim_v3.visibility, claim_v3.drop_exhausted,
-                       claim_v3.recover_lapsed) c;
+      from jobs._claim('jobs.claim_v1', claim_v1.queues, claim_v1.worker_id,
+                       claim_v1.batch_size, claim_v1.visibility, claim_v1.drop_exhausted,
+                       claim_v1.recover_lapsed) c;
 end;
 $$;
 
@@ -364,8 +269,7 @@ $$;
 -- committed while its answer was thrown away, and the rows it does not know it holds go back
 -- uncounted (jobs.nack_v1, fenced on these tokens) instead of lapsing as counted attempts.
 -- Reads the running rows only (jobs_lease_idx). Answers (id, claim), in no particular order.
--- Raises X_ARGUMENT_INVALID for a NULL or blank worker_id. Locks nothing. Introduced in
--- revision 0011.
+-- Raises X_ARGUMENT_INVALID for a NULL or blank worker_id. Locks nothing.
 create function jobs.worker_running_v1(worker_id text)
 returns table (id uuid, claim bigint)
 language plpgsql

@@ -2,7 +2,7 @@
 -- the lease and claim token, re-taking a dead worker's rows, and burying exhausted ones (R40).
 begin;
 \ir fixtures/factory.sql
-select plan(90);
+select plan(87);
 
 set local durajobs.now = '2026-01-01 00:00:00+00';
 
@@ -267,35 +267,33 @@ select throws_ok($$select * from jobs.claim_v1(queues => array['  '], worker_id 
 select throws_ok($$select * from jobs.claim_v1(queues => array['default'], worker_id => '   ')$$,
                  'JQ001', null, 'a whitespace-only worker_id raises JQ001');
 
--- claim_v2: claim_v1's rows and whether each run has stored steps
+-- has_steps: whether each run may have stored steps
 select jobs_test.enqueue(name => 'v2-fresh', queue => 'q-v2') as v2_fresh \gset
 select results_eq(
   $$select name, state, has_steps
-      from jobs.claim_v2(queues => array['q-v2'], worker_id => 'w1')$$,
+      from jobs.claim_v1(queues => array['q-v2'], worker_id => 'w1')$$,
   $$values ('v2-fresh', 'running', false)$$,
-  'claim_v2 answers a first attempt with has_steps false');
+  'claim_v1 answers a first attempt with has_steps false');
 select jobs_test.enqueue(name => 'v2-stepped', queue => 'q-v2s') as v2_stepped \gset
 select * from jobs_test.claim_one(queue => 'q-v2s') \gset v2s_
 select jobs_test.record_step(:'v2_stepped', :v2s_claim) \g /dev/null
 select jobs_test.lapse(:'v2_stepped') \g /dev/null
 select results_eq(
   $$select id, has_steps, claim
-      from jobs.claim_v2(queues => array['q-v2s'], worker_id => 'w2')$$,
+      from jobs.claim_v1(queues => array['q-v2s'], worker_id => 'w2')$$,
   format($$values (%L::uuid, true, %s::bigint)$$, :'v2_stepped', :v2s_claim + 1),
-  'claim_v2 answers a re-taken run that stored a step with has_steps true and a new claim');
+  'claim_v1 answers a re-taken run that stored a step with has_steps true and a new claim');
 -- past the first attempt the history is always read: a lapsed body may write a step after the
 -- claim's snapshot, so has_steps cannot trust what it sees
 select jobs_test.enqueue(name => 'v2-retake', queue => 'q-v2r') as v2_retake \gset
 select jobs_test.claim_one(queue => 'q-v2r') \g /dev/null
 select jobs_test.lapse(:'v2_retake') \g /dev/null
 select results_eq(
-  $$select attempt, has_steps from jobs.claim_v2(queues => array['q-v2r'], worker_id => 'w2')$$,
+  $$select attempt, has_steps from jobs.claim_v1(queues => array['q-v2r'], worker_id => 'w2')$$,
   $$values (2, true)$$,
-  'claim_v2 answers has_steps true for a second attempt even with no step stored');
-select throws_ok($$select * from jobs.claim_v2(queues => array[]::text[], worker_id => 'w')$$,
-                 'JQ006', null, 'claim_v2 refuses an empty queue list as claim_v1 does');
+  'claim_v1 answers has_steps true for a second attempt even with no step stored');
 
--- claim_v3: claim_v2, and recover_lapsed says whether the call also looks for lapsed leases
+-- recover_lapsed says whether the call also looks for lapsed leases
 select jobs_test.enqueue(name => 'v3-lapsed', queue => 'q-v3') as v3_lapsed \gset
 select jobs_test.enqueue(name => 'v3-final', queue => 'q-v3', max_attempts => 1) as v3_final \gset
 select jobs_test.claim_one(queue => 'q-v3') \g /dev/null
@@ -305,10 +303,10 @@ select jobs_test.lapse(:'v3_final') \g /dev/null
 select jobs_test.enqueue(name => 'v3-waiting', queue => 'q-v3') as v3_waiting \gset
 select results_eq(
   $$select name, state, attempt, has_steps
-      from jobs.claim_v3(queues => array['q-v3'], worker_id => 'w3', batch_size => 5,
+      from jobs.claim_v1(queues => array['q-v3'], worker_id => 'w3', batch_size => 5,
                          recover_lapsed => false)$$,
   $$values ('v3-waiting', 'running', 1, false)$$,
-  'claim_v3 without recover_lapsed hands out the waiting row and leaves the lapsed ones');
+  'claim_v1 without recover_lapsed hands out the waiting row and leaves the lapsed ones');
 select results_eq(
   format($$select state from jobs.jobs where id in (%L, %L) order by name$$,
          :'v3_lapsed', :'v3_final'),
@@ -316,32 +314,27 @@ select results_eq(
   'the lapsed rows are untouched: neither re-taken nor buried');
 select results_eq(
   $$select name, state, attempt, has_steps
-      from jobs.claim_v3(queues => array['q-v3'], worker_id => 'w3', batch_size => 5)
+      from jobs.claim_v1(queues => array['q-v3'], worker_id => 'w3', batch_size => 5)
      order by name$$,
   $$values ('v3-final', 'dead', 1, false), ('v3-lapsed', 'running', 2, true)$$,
-  'claim_v3 recovers by default: the final attempt is buried, the other re-taken');
+  'claim_v1 recovers by default: the final attempt is buried, the other re-taken');
 select results_eq(
   $$select claimed_by from jobs.jobs where name = 'v3-lapsed'$$,
   $$values ('w3')$$,
   'the re-taken row now belongs to the claiming worker');
-select throws_ok($$select * from jobs.claim_v3(queues => array[]::text[], worker_id => 'w')$$,
-                 'JQ006', null, 'claim_v3 refuses an empty queue list');
-select throws_like(
-  $$select * from jobs.claim_v3(queues => array[]::text[], worker_id => 'w')$$,
-  'X_JOB_CLAIM_QUEUES_EMPTY: jobs.claim_v3:%', 'claim_v3''s refusal names claim_v3');
 select throws_like(
   $$select * from jobs.claim_v1(queues => array[]::text[], worker_id => 'w')$$,
-  'X_JOB_CLAIM_QUEUES_EMPTY: jobs.claim_v1:%', 'claim_v1''s refusal still names claim_v1');
+  'X_JOB_CLAIM_QUEUES_EMPTY: jobs.claim_v1:%', 'the refusal names jobs.claim_v1');
 select throws_ok(
-  $$select * from jobs.claim_v3(queues => array['q'], worker_id => 'w', recover_lapsed => null)$$,
-  'JQ001', null, 'claim_v3 refuses a NULL recover_lapsed');
+  $$select * from jobs.claim_v1(queues => array['q'], worker_id => 'w', recover_lapsed => null)$$,
+  'JQ001', null, 'claim_v1 refuses a NULL recover_lapsed');
 
 -- jobs.worker_running_v1: the rows a worker holds running, with their claim tokens
 select jobs_test.enqueue(queue => 'q-held') as held_a \gset
 select jobs_test.enqueue(queue => 'q-held') as held_b \gset
 select jobs_test.enqueue(queue => 'q-held') as held_other \gset
 create temporary table held_claims as
-  select c.id, c.claim from jobs.claim_v3(array['q-held'], 'w-held', batch_size => 2) c;
+  select c.id, c.claim from jobs.claim_v1(array['q-held'], 'w-held', batch_size => 2) c;
 select jobs_test.claim_one(queue => 'q-held', worker_id => 'w-else') \g /dev/null
 select set_eq(
   $$select id, claim from jobs.worker_running_v1('w-held')$$,

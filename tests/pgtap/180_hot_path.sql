@@ -1,9 +1,9 @@
 -- 180_hot_path: the claim, the batch ack and the enqueue's wake touch the rows they need, not
 -- the table. With statistics taken while no row was running, the planner once read every live
 -- row through a partial index to find a batch's rows (ack_many_v1) or hashed a scan of the whole
--- table to update them (claim_v1); since revision 0007 both go by primary key. The wake's slot
--- test read every waiting row of its queue through the claim index, so each enqueue cost grew
--- with the backlog; since revision 0010 it reads the slot's rows only.
+-- table to update them (the claim); both go by primary key now. The wake's slot test read every
+-- waiting row of its queue through the claim index, so each enqueue cost grew with the backlog;
+-- it reads the slot's rows only.
 begin;
 \ir fixtures/factory.sql
 select plan(21);
@@ -17,7 +17,7 @@ analyze jobs.jobs;
 
 select jobs_test.mark();
 create temporary table taken as
-  select id, claim from jobs.claim_v2(array['hot'], 'w1', batch_size => 500);
+  select id, claim from jobs.claim_v1(array['hot'], 'w1', batch_size => 500);
 select is((select count(*) from taken), 500::bigint, 'the claim hands out 500 rows');
 select cmp_ok(jobs_test.read_since_mark(), '<', 5000::bigint,
               'a claim of 500 rows reads far fewer than the 20,000 rows of the table');
@@ -52,7 +52,7 @@ select ok(
   (select 'plan_cache_mode=force_generic_plan' = any(p.proconfig)
      from pg_proc p
     where p.oid = 'jobs._claim(text, text[], text, integer, interval, text[], boolean)'::regprocedure),
-  'jobs._claim (behind claim_v1 and claim_v3) keeps generic plans');
+  'jobs._claim (behind claim_v1) keeps generic plans');
 
 -- the wake's slot test next to a backlog of 5,000 waiting rows made after the statistics were
 -- taken (so the planner believes the queue is empty), all in one slot
@@ -124,16 +124,16 @@ select r.run_id, 'step-' || s, 'completed', '{}'::jsonb, 1, jobs._now(), jobs._n
   from (select gen_random_uuid() as run_id from generate_series(1, 4000)) r,
        generate_series(1, 5) s;
 select pg_temp.mark('jobs.steps');
-select is((select count(*) from jobs.claim_v3(array['hot'], 'w3', batch_size => 10,
+select is((select count(*) from jobs.claim_v1(array['hot'], 'w3', batch_size => 10,
                                               recover_lapsed => false)),
-          10::bigint, 'claim_v3 hands out 10 rows');
+          10::bigint, 'the claim without recovery hands out 10 rows');
 select cmp_ok(pg_temp.read_since('jobs.steps'), '<', 50::bigint,
-              'claim_v3 reads no step of other runs to answer has_steps');
+              'the claim reads no step of other runs to answer has_steps');
 select pg_temp.mark('jobs.steps');
-select is((select count(*) from jobs.claim_v2(array['hot'], 'w3', batch_size => 10)),
-          10::bigint, 'claim_v2 hands out 10 rows');
+select is((select count(*) from jobs.claim_v1(array['hot'], 'w3', batch_size => 10)),
+          10::bigint, 'the claim with recovery hands out 10 rows');
 select cmp_ok(pg_temp.read_since('jobs.steps'), '<', 50::bigint,
-              'claim_v2 reads no step of other runs either');
+              'the claim with recovery reads no step of other runs either');
 
 -- a remove asks whether other rows share the run only when the run has steps
 select id as done_id from jobs.jobs where state = 'done' limit 1 \gset

@@ -33,7 +33,7 @@ def test_migrate_installs_the_schema(empty_database_url):
     done = _durajobs("migrate", "--database-url", empty_database_url)
     assert done.returncode == 0, done.stderr
     with psycopg.connect(empty_database_url) as connection:
-        assert connection.execute("select jobs.version()").fetchone() == (11,)
+        assert connection.execute("select jobs.version()").fetchone() == (1,)
 
 
 def test_enqueue_answers_the_ids_as_json_and_dedupes(database_url):

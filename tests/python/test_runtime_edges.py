@@ -506,7 +506,7 @@ def test_a_translated_error_keeps_the_driver_error_as_its_cause(client):
 
 
 def test_a_first_attempt_without_steps_reads_no_history_and_a_resumed_run_does(database_url):
-    """claim_v2 tells whether the run has stored steps: the read is skipped only when empty."""
+    """claim_v1 tells whether the run has stored steps: the read is skipped only when empty."""
     registry = durajobs.Registry(database_url=database_url)
     ran: list[int] = []
 

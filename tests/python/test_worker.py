@@ -221,7 +221,7 @@ def test_a_claim_pass_that_fails_never_kills_the_loop(database_url, caplog):
     failures = {"left": 1}
 
     async def flaky(call):
-        if call.function == "jobs.claim_v3" and failures["left"]:
+        if call.function == "jobs.claim_v1" and failures["left"]:
             failures["left"] -= 1
             raise psycopg.OperationalError("the pool blinked")
         return await real_run(call)
@@ -621,7 +621,7 @@ def test_a_drain_during_a_claim_hands_the_claimed_rows_back(database_url):
 
     async def drain_mid_claim(call):
         answer = await real_run(call)
-        if call.function == "jobs.claim_v3" and answer:
+        if call.function == "jobs.claim_v1" and answer:
             worker.drain()  # SIGTERM lands while the claim was on the wire
         return answer
 
@@ -658,7 +658,7 @@ def test_a_cancel_during_a_claim_hands_the_claimed_rows_back(database_url, cance
 
     async def answer_in_transit(call):
         answer = await real_run(call)
-        if call.function == "jobs.claim_v3" and answer:
+        if call.function == "jobs.claim_v1" and answer:
             answered.set()
             await asyncio.sleep(1)  # committed on the server, the answer still on its way
         return answer
@@ -901,7 +901,7 @@ def test_an_idle_pass_is_one_claim_over_every_queue(database_url):
     claims: list[list[str]] = []
 
     async def counting(call):
-        if call.function == "jobs.claim_v3":
+        if call.function == "jobs.claim_v1":
             claims.append(list(call.params["queues"]))
         return await real_run(call)
 
@@ -926,7 +926,7 @@ def test_a_wake_for_a_queue_the_worker_does_not_serve_is_ignored(database_url):
     claims: list[int] = []
 
     async def counting(call):
-        if call.function == "jobs.claim_v3":
+        if call.function == "jobs.claim_v1":
             claims.append(1)
         return await real_run(call)
 
@@ -1152,7 +1152,7 @@ def _note_recoveries(worker):
     claims: list[tuple[float, bool]] = []
 
     async def spying(call):
-        if call.function == "jobs.claim_v3":
+        if call.function == "jobs.claim_v1":
             claims.append((time.monotonic(), call.params.get("recover_lapsed", True)))
         return await real_run(call)
 
@@ -1162,7 +1162,7 @@ def _note_recoveries(worker):
 
 def test_a_worker_seeks_lapsed_leases_once_a_second_and_still_re_takes_them(database_url):
     """The scan for lapsed leases steps over every dead lease-index entry a vacuum has not yet
-    removed, so claims ask for it at most once a second per queue (claim_v3 recover_lapsed)."""
+    removed, so claims ask for it at most once a second per queue (claim_v1 recover_lapsed)."""
     registry, ran = _ticks_left_by_a_dead_worker(database_url, ["lost"])
     worker = Worker(
         registry,

@@ -1,5 +1,6 @@
--- Revision 0001 down: remove every durajobs object but alembic's version table, which alembic
--- still writes to after this runs (env.py drops the emptied schema at base).
+-- durajobs revision 0001 down, frozen by scripts/freeze-revision.
+-- Never edit after release: a change ships as a new revision.
+
 do $$
 declare
   v_object record;

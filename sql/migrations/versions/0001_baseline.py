@@ -1,8 +1,8 @@
-"""hot path
+"""baseline
 
-Revision ID: 0007
-Revises: 0006
-Create Date: 2026-11-30
+Revision ID: 0001
+Revises:
+Create Date: 2026-12-01
 """
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from pathlib import Path
 
 from durajobs.migrations import apply_sql_file
 
-revision = "0007"
-down_revision = "0006"
+revision = "0001"
+down_revision = None
 branch_labels = None
 depends_on = None
 
