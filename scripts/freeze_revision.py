@@ -29,8 +29,8 @@ import psycopg
 from psycopg import sql
 
 import durajobs
-from durajobs.migrations import functions_sql
-from durajobs.revisions import (
+from durajobs._db.migrations import functions_sql
+from durajobs._db.revisions import (
     differences,
     functions_change,
     hand_written_part,

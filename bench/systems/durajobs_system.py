@@ -16,7 +16,7 @@ from contract import Actions, Tally, emit, enqueue_at_rate, main
 from pydantic import BaseModel
 
 import durajobs
-from durajobs.worker import Worker
+from durajobs.runtime.worker import Worker
 
 QUEUE = "bench"
 BATCH = 1000

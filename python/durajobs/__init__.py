@@ -8,17 +8,18 @@ from __future__ import annotations
 
 import logging
 
-from durajobs import calls
-from durajobs.client import SCHEMA_VERSION, Client, check_schema, execute, execute_async
-from durajobs.declarations import Job, Registry, Settled
+from durajobs._db import calls
+from durajobs._db.execute import SCHEMA_VERSION, check_schema, execute, execute_async
+from durajobs._db.migrations import downgrade, migrate
+from durajobs._db.transactions import current_transaction, in_transaction
+from durajobs._values.records import ClaimedJob, EnqueueResult, QueueStat, SettleResult, StepRecord
+from durajobs._values.states import HeartbeatAnswer, JobState, NackTarget, StepStatus
+from durajobs.client import Client
+from durajobs.declare.registry import Job, Registry, Settled
+from durajobs.declare.retry import ErrorClass, RetryPolicy, register_error_class
 from durajobs.errors import DurajobsError
-from durajobs.execution import JobContext, JobExecution, Outcome, SyncJobContext
-from durajobs.migrations import downgrade, migrate
-from durajobs.records import ClaimedJob, EnqueueResult, QueueStat, SettleResult, StepRecord
-from durajobs.retry import ErrorClass, RetryPolicy, register_error_class
-from durajobs.states import HeartbeatAnswer, JobState, NackTarget, StepStatus
-from durajobs.transactions import current_transaction, in_transaction
-from durajobs.worker import Worker
+from durajobs.runtime.attempt import JobContext, JobExecution, Outcome, SyncJobContext
+from durajobs.runtime.worker import Worker
 
 __all__ = [
     "SCHEMA_VERSION",

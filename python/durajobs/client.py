@@ -1,23 +1,18 @@
-"""Run the builders of `durajobs.calls` on a psycopg connection, sync or async.
-
-`execute` and `execute_async` are the only places a call meets the driver, and the only places
-a driver error is translated (through `errors.from_database_error`).
-"""
+"""The low-level, synchronous client: one method per SQL function, run on one connection."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 from uuid import UUID
 
 import psycopg
 
-from durajobs import calls
-from durajobs.calls import Call
-from durajobs.errors import SchemaVersionMismatch, from_database_error
-from durajobs.inspection import JobDetail, job_detail
-from durajobs.records import (
+from durajobs._db import calls
+from durajobs._db.calls import Call
+from durajobs._db.execute import check_schema, execute
+from durajobs._values.records import (
     ClaimedJob,
     CounterRow,
     CounterTotal,
@@ -30,85 +25,10 @@ from durajobs.records import (
     StepRecord,
     WorkerRecord,
 )
-from durajobs.retention import Retention
-from durajobs.states import HeartbeatAnswer, NackTarget, StepStatus
-from durajobs.tracing import current_traceparent, stamped
-
-if TYPE_CHECKING:
-    from durajobs.declarations import Registry
+from durajobs._values.states import HeartbeatAnswer, NackTarget, StepStatus
+from durajobs.observe.tracing import current_traceparent, stamped
 
 T = TypeVar("T")
-
-# the oldest schema this package speaks; a newer one keeps the versioned worker protocol
-# (claim_v1, ...) it was built against for one release, so a rolling deploy runs both
-SCHEMA_VERSION = 1
-
-# undefined_function, invalid_schema_name, undefined_table: the schema is not installed
-_NOT_INSTALLED = {"42883", "3F000", "42P01"}
-
-
-def execute(connection: psycopg.Connection[Any], call: Call[T]) -> T:
-    """Run `call` on `connection` (inside its transaction, if one is open) and decode its rows."""
-    try:
-        with connection.cursor() as cursor:
-            cursor.execute(call.sql.encode(), call.params)
-            rows = cursor.fetchall()
-    except psycopg.Error as error:
-        translated = from_database_error(error)
-        if translated is error:
-            raise
-        raise translated from error
-    return call.decode(rows)
-
-
-async def execute_async(connection: psycopg.AsyncConnection[Any], call: Call[T]) -> T:
-    """Run `call` on an async `connection` and decode its rows."""
-    try:
-        async with connection.cursor() as cursor:
-            await cursor.execute(call.sql.encode(), call.params)
-            rows = await cursor.fetchall()
-    except psycopg.Error as error:
-        translated = from_database_error(error)
-        if translated is error:
-            raise
-        raise translated from error
-    return call.decode(rows)
-
-
-def _mismatch(installed: int | None) -> SchemaVersionMismatch:
-    found = "no jobs schema" if installed is None else f"jobs schema version {installed}"
-    return SchemaVersionMismatch(
-        f"this durajobs needs jobs schema version {SCHEMA_VERSION} or newer, the database has"
-        f" {found}; "
-        "run `durajobs migrate --database-url ...`",
-        detail={"expected": SCHEMA_VERSION, "installed": installed},
-    )
-
-
-def check_schema(connection: psycopg.Connection[Any]) -> None:
-    """Raise X_SCHEMA_VERSION_MISMATCH when the schema is missing or older than this package."""
-    try:
-        with connection.transaction():
-            installed = execute(connection, calls.version())
-    except psycopg.Error as error:
-        if error.sqlstate in _NOT_INSTALLED:
-            raise _mismatch(None) from error
-        raise
-    if installed < SCHEMA_VERSION:
-        raise _mismatch(installed)
-
-
-async def check_schema_async(connection: psycopg.AsyncConnection[Any]) -> None:
-    """Async form of `check_schema`."""
-    try:
-        async with connection.transaction():
-            installed = await execute_async(connection, calls.version())
-    except psycopg.Error as error:
-        if error.sqlstate in _NOT_INSTALLED:
-            raise _mismatch(None) from error
-        raise
-    if installed < SCHEMA_VERSION:
-        raise _mismatch(installed)
 
 
 class Client:
@@ -254,9 +174,10 @@ class Client:
         """One page of jobs, newest first (see jobs.list_jobs for the filters and cursors)."""
         return self.run(calls.list_jobs(**filters))
 
-    def inspect_job(self, id: UUID, *, registry: Registry | None = None) -> JobDetail:
-        """The row, its step trace and, given the declaring registry, the retries ahead."""
-        return job_detail(self.run(calls.inspect_job(id)), registry)
+    def inspect_job(self, id: UUID) -> dict[str, Any]:
+        """The `jobs.inspect_job` document: the row, its step trace, whether its queue is paused
+        (`durajobs.cli.inspection.job_detail` adds the retries a declaration still allows)."""
+        return self.run(calls.inspect_job(id))
 
     def queue_depth(self, queues: Sequence[str] | None = None) -> list[QueueDepth]:
         return self.run(calls.queue_depth(queues))
@@ -275,7 +196,21 @@ class Client:
     def rollup_counters(self) -> dict[str, int]:
         return self.run(calls.rollup_counters())
 
-    def purge(self, retention: Retention | None = None) -> PurgeResult:
-        """One `jobs.purge` call with `retention`'s windows (the defaults without one); call
-        again while `retention.more_after(answer)`."""
-        return self.run((retention or Retention()).call())
+    def purge(
+        self,
+        *,
+        done_after: timedelta | None = None,
+        ended_after: timedelta | None = None,
+        published_after: timedelta | None = None,
+        batch_size: int | None = None,
+    ) -> PurgeResult:
+        """One `jobs.purge` call; None keeps a window's default. `Retention.call()` builds the
+        same call from parsed options, and `Retention.more_after` says whether to call again."""
+        return self.run(
+            calls.purge(
+                done_after=done_after,
+                ended_after=ended_after,
+                published_after=published_after,
+                batch_size=batch_size,
+            )
+        )

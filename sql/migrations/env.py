@@ -13,7 +13,7 @@ import os
 from alembic import context
 from sqlalchemy import Connection, create_engine, text
 
-from durajobs.migrations import SCHEMA, VERSION_TABLE, sqlalchemy_url
+from durajobs._db.migrations import SCHEMA, VERSION_TABLE, sqlalchemy_url
 
 
 def _url() -> str:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from durajobs.migrations import apply_sql_file
+from durajobs._db.migrations import apply_sql_file
 
 revision = ${repr(up_revision)}
 down_revision = ${repr(down_revision)}

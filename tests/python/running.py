@@ -6,7 +6,7 @@ import asyncio
 import time
 from collections.abc import Callable
 
-from durajobs.worker import Worker
+from durajobs.runtime.worker import Worker
 
 
 async def run_until(worker: Worker, done: Callable[[], bool], *, timeout: float = 20.0) -> None:

@@ -9,8 +9,8 @@ import psycopg
 import pytest
 
 import durajobs
-from durajobs.acks import AckBatcher
-from durajobs.database import AsyncDatabase
+from durajobs._db.database import AsyncDatabase
+from durajobs.runtime.acks import AckBatcher
 
 
 def _claimed(database_url, count):

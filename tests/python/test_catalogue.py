@@ -8,10 +8,10 @@ from uuid import uuid4
 
 import pytest
 
-from durajobs import calls
+from durajobs._db import calls
+from durajobs._db.migrations import package_sql_dir
+from durajobs._values.states import LIVE_STATES, JobState, NackTarget, StepStatus
 from durajobs.errors import DurajobsError, ErrorCodeDuplicate, registered_errors
-from durajobs.migrations import package_sql_dir
-from durajobs.states import LIVE_STATES, JobState, NackTarget, StepStatus
 
 
 def _one_column(client, query):

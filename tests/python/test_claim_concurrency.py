@@ -11,8 +11,8 @@ import psycopg
 import pytest
 
 import durajobs
-from durajobs import calls
-from durajobs.client import execute
+from durajobs._db import calls
+from durajobs._db.execute import execute
 
 
 def _enqueue_backlog(client: durajobs.Client, count: int, queue: str = "default") -> set[Any]:

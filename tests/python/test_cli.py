@@ -10,7 +10,7 @@ import warnings
 import psycopg
 import pytest
 
-from durajobs.embedded import EmbeddedUnavailable, embedded_postgres
+from durajobs.cli.embedded import EmbeddedUnavailable, embedded_postgres
 
 # a root login's PATH: pgserver, run as root on a machine it has not seen, calls useradd
 _ROOT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"

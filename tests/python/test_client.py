@@ -9,8 +9,9 @@ import psycopg
 import pytest
 
 import durajobs
-from durajobs import calls, errors
-from durajobs.states import JobState, StepStatus, narrow
+from durajobs import errors
+from durajobs._db import calls
+from durajobs._values.states import JobState, StepStatus, narrow
 
 
 def _count(client, where="true"):
@@ -141,7 +142,7 @@ def test_calls_join_the_callers_transaction(database_url, client):
 def test_the_async_executor_runs_the_same_builders(database_url):
     async def scenario():
         async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
-            await durajobs.client.check_schema_async(conn)
+            await durajobs._db.execute.check_schema_async(conn)
             job = await durajobs.execute_async(conn, calls.enqueue("n", {"a": 1}, "k"))
             claimed = await durajobs.execute_async(conn, calls.claim(["default"], "w"))
             acked = await durajobs.execute_async(conn, calls.ack(job.id, "w", claimed[0].claim))

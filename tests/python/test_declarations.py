@@ -13,7 +13,8 @@ import pytest
 from pydantic import BaseModel
 
 import durajobs
-from durajobs.durations import DeclarationInvalid
+from durajobs._values.durations import DeclarationInvalid
+from durajobs.declare.retry import RetryPolicy
 from durajobs.errors import (
     DriverUnavailable,
     IdempotencyRequired,
@@ -21,7 +22,6 @@ from durajobs.errors import (
     JobInputInvalid,
     JobTenantRequired,
 )
-from durajobs.retry import RetryPolicy
 
 
 class Invoice(BaseModel):

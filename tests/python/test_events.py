@@ -11,12 +11,12 @@ import pytest
 from pydantic import BaseModel
 
 import durajobs
-from durajobs import calls
-from durajobs.database import AsyncDatabase
-from durajobs.durations import DeclarationInvalid
-from durajobs.execution import execute
-from durajobs.signals import CancelSignal
-from durajobs.worker import Worker
+from durajobs._db import calls
+from durajobs._db.database import AsyncDatabase
+from durajobs._values.durations import DeclarationInvalid
+from durajobs.runtime.attempt import run_attempt
+from durajobs.runtime.cancel import CancelSignal
+from durajobs.runtime.worker import Worker
 
 
 class Order(BaseModel):
@@ -37,7 +37,7 @@ async def _attempt(database_url, registry):
     async with AsyncDatabase(database_url) as db:
         rows = await db.run(calls.claim(["default"], "w"))
         assert rows, "nothing was due"
-        return await execute(
+        return await run_attempt(
             rows[0], registry, db=db, worker_id="w", signal=CancelSignal(), lease=Lease()
         )
 
@@ -232,7 +232,9 @@ def test_a_publish_wakes_the_waiting_runs_queue(database_url):
     async def park():
         async with AsyncDatabase(database_url) as db:
             (row,) = await db.run(calls.claim(["orders"], "w"))
-            await execute(row, registry, db=db, worker_id="w", signal=CancelSignal(), lease=Lease())
+            await run_attempt(
+                row, registry, db=db, worker_id="w", signal=CancelSignal(), lease=Lease()
+            )
 
     asyncio.run(park())
     with psycopg.connect(database_url, autocommit=True) as listener:
@@ -248,7 +250,7 @@ def test_a_worker_clock_running_ahead_neither_misses_an_event_nor_times_out_earl
     database_url, monkeypatch
 ):
     """C.35: a wait is stamped and judged on the database's clock, never the worker's."""
-    import durajobs.steps as steps_module
+    import durajobs.runtime.steps as steps_module
 
     real_datetime = steps_module.datetime
 

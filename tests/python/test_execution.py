@@ -1,7 +1,7 @@
 """One claimed attempt, executed against the real database: the JobExecution and the rows it leaves.
 
-Each test claims with `durajobs.calls.claim` on an AsyncDatabase, runs `execution.execute` with a
-fresh CancelSignal and a stub lease, and reads jobs.jobs and jobs.steps from another session.
+Each test claims with `durajobs._db.calls.claim` on an AsyncDatabase, runs `attempt.run_attempt`
+with a fresh CancelSignal and a stub lease, and reads jobs.jobs and jobs.steps from another session.
 Times are compared on the database's clock: a nack writes `run_at = now + delay` and
 `updated_at = now` in one statement, so `run_at - updated_at` is the delay it chose.
 """
@@ -22,8 +22,11 @@ import pytest
 from pydantic import BaseModel
 
 import durajobs
-from durajobs import calls
-from durajobs.database import AsyncDatabase
+from durajobs._db import calls
+from durajobs._db.database import AsyncDatabase
+from durajobs._values.records import ClaimedJob
+from durajobs._values.states import JobState
+from durajobs.declare.retry import ErrorClass, RetryPolicy, register_error_class
 from durajobs.errors import (
     Aborted,
     Draining,
@@ -31,12 +34,9 @@ from durajobs.errors import (
     JobCancelled,
     JobLeaseLost,
 )
-from durajobs.execution import JobExecution, Outcome, execute
-from durajobs.records import ClaimedJob
-from durajobs.retry import ErrorClass, RetryPolicy, register_error_class
-from durajobs.signals import CancelSignal
-from durajobs.states import JobState
-from durajobs.steps import AsyncSteps
+from durajobs.runtime.attempt import JobExecution, Outcome, run_attempt
+from durajobs.runtime.cancel import CancelSignal
+from durajobs.runtime.steps import AsyncSteps
 
 WORKER = "worker-1"
 TERMINAL_CODE = "X_TEST_EXECUTION_CARD_DECLINED"
@@ -123,7 +123,7 @@ async def _execute(
     lease: Lease | None = None,
     on_abandoned: Callable[[JobExecution], None] | None = None,
 ) -> JobExecution:
-    return await execute(
+    return await run_attempt(
         claimed,
         registry,
         db=db,

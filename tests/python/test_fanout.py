@@ -65,10 +65,10 @@ def test_a_fan_out_killed_half_way_resumes_without_duplicates(database_url):
 
     child.enqueue = crashing_enqueue  # type: ignore[method-assign]
     with psycopg.connect(database_url, autocommit=True) as connection:
-        durajobs.execute(connection, durajobs.calls.scheduler_arm(task.name, OCCURRENCE))
+        durajobs.execute(connection, durajobs._db.calls.scheduler_arm(task.name, OCCURRENCE))
         durajobs.execute(
             connection,
-            durajobs.calls.scheduler_fire(
+            durajobs._db.calls.scheduler_fire(
                 task.name, OCCURRENCE.replace(hour=1), task.requests(OCCURRENCE.replace(hour=1))
             ),
         )

@@ -10,7 +10,7 @@ import psycopg
 from pydantic import BaseModel
 
 import durajobs
-from durajobs.worker import Worker
+from durajobs.runtime.worker import Worker
 from running import run_until
 
 JOBS = 300

@@ -13,9 +13,9 @@ import psycopg
 import pytest
 
 import durajobs
+from durajobs._db.migrations import functions_sql, package_sql_dir
+from durajobs._db.revisions import read_catalogue
 from durajobs.errors import SchemaVersionMismatch
-from durajobs.migrations import functions_sql, package_sql_dir
-from durajobs.revisions import read_catalogue
 
 REPOSITORY = Path(__file__).resolve().parents[2]
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
@@ -209,7 +209,7 @@ def test_importing_the_package_loads_neither_alembic_nor_sqlalchemy():
         [
             sys.executable,
             "-c",
-            "import sys, durajobs, durajobs.cli, durajobs.worker; "
+            "import sys, durajobs, durajobs.cli, durajobs.runtime.worker; "
             "print(sorted(m for m in ('alembic', 'sqlalchemy') if m in sys.modules))",
         ],
         check=True,

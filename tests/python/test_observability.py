@@ -14,12 +14,13 @@ import pytest
 from pydantic import BaseModel
 
 import durajobs
-from durajobs import calls
+from durajobs._db import calls
+from durajobs.cli.inspection import job_detail
+from durajobs.declare.retry import RetryPolicy
 from durajobs.errors import ArgumentInvalid
-from durajobs.execution import JobContext
-from durajobs.progress import checked
-from durajobs.retry import RetryPolicy
-from durajobs.worker import Worker
+from durajobs.runtime.attempt import JobContext
+from durajobs.runtime.progress import checked
+from durajobs.runtime.worker import Worker
 from running import run_until
 
 
@@ -337,7 +338,7 @@ def test_the_worker_serves_its_series_and_the_queue_gauges(database_url):
 
 
 def test_a_scrape_the_database_cannot_answer_still_serves_the_process_series(database_url):
-    from durajobs.metrics import WorkerMetrics
+    from durajobs.observe.metrics import WorkerMetrics
 
     metrics = WorkerMetrics(
         "postgresql://nobody@127.0.0.1:1/none",
@@ -360,7 +361,7 @@ def test_the_json_document_of_a_job_carries_its_progress(database_url):
         client.enqueue("j", {"a": 1}, "k")
         [claimed] = client.claim(["default"], "w")
         client.run(calls.progress(claimed.id, "w", claimed.claim, 2, 4, "half"))
-        detail = client.inspect_job(claimed.id)
+        detail = job_detail(client.inspect_job(claimed.id))
     assert detail.job["progress"]["note"] == "half"
     assert json.loads(json.dumps(detail.as_json(), default=str))["job"]["input"] == {"a": 1}
     assert detail.retries_ahead is None  # no registry: the delays are not known here

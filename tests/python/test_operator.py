@@ -11,7 +11,8 @@ from uuid import uuid4
 import psycopg
 import pytest
 
-from durajobs import calls, errors
+from durajobs import errors
+from durajobs._db import calls
 
 
 def test_rows_created_in_one_millisecond_page_exactly_once_both_ways(client):

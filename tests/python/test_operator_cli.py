@@ -16,9 +16,10 @@ from uuid import UUID
 
 import pytest
 
-from durajobs import calls
+from durajobs._db import calls
+from durajobs._values.states import NackTarget, StepStatus
 from durajobs.cli import main
-from durajobs.states import NackTarget, StepStatus
+from durajobs.cli.inspection import job_detail
 
 HERE = Path(__file__).resolve().parent
 APP = "apps.operator_jobs:registry"
@@ -298,7 +299,7 @@ def test_show_json_is_the_job_detail(client, durajobs):
     id = _traced_job(client)
 
     answer = durajobs("jobs", "show", str(id), "--json").json()
-    assert answer == json.loads(json.dumps(client.inspect_job(id).as_json()))
+    assert answer == json.loads(json.dumps(job_detail(client.inspect_job(id)).as_json()))
     assert set(answer) == {"job", "steps", "queue_paused", "retries_ahead"}
     assert answer["job"]["id"] == str(id)
     assert answer["job"]["progress"]["note"] == "three of ten"

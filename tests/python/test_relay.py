@@ -20,10 +20,10 @@ from pydantic import BaseModel
 
 import durajobs
 from dropped_cancel import CancelDropper, cancel_once_while_parked
-from durajobs import calls
+from durajobs._db import calls
 from durajobs.errors import Invariant, JobDuplicate
-from durajobs.relay import DEFAULT_CLAIM_LEASE, OutboxRelay
-from durajobs.worker import Worker
+from durajobs.runtime.worker import Worker
+from durajobs.services.relay import DEFAULT_CLAIM_LEASE, OutboxRelay
 
 WHERE = ["same database", "two databases"]
 
@@ -949,7 +949,7 @@ def test_a_relay_process_killed_between_publish_and_mark_still_runs_the_job_once
     # a relay that publishes, then hangs before its mark: the moment SIGKILL lands
     script = (
         "import asyncio, sys\n"
-        "from durajobs.relay import OutboxRelay\n"
+        "from durajobs.services.relay import OutboxRelay\n"
         "relay = OutboxRelay(sys.argv[1], sys.argv[2], claim_lease='500ms', listen=False)\n"
         "async def hang(ids):\n"
         "    await asyncio.sleep(3600)\n"

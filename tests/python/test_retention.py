@@ -13,15 +13,15 @@ import psycopg
 import pytest
 
 import durajobs
-from durajobs import calls
+from durajobs._db import calls
+from durajobs._values.durations import DeclarationInvalid
+from durajobs._values.records import PurgeResult
+from durajobs._values.states import StepStatus
 from durajobs.cli import main
 from durajobs.client import Client
-from durajobs.durations import DeclarationInvalid
 from durajobs.errors import ArgumentInvalid, ConfigInvalid
-from durajobs.records import PurgeResult
-from durajobs.retention import Retention, RetentionSweep
-from durajobs.scheduler import Scheduler
-from durajobs.states import StepStatus
+from durajobs.services.retention import Retention, RetentionSweep
+from durajobs.services.scheduler import Scheduler
 
 
 def _rows(database_url, query, params=()):
@@ -106,7 +106,7 @@ def test_client_purge_deletes_by_the_windows_given(database_url):
         _age(database_url, 3)
         recent = _done(client, "recent")
         assert client.purge() == PurgeResult(0, 0, 0, 0), "3 days is within the default 14"
-        answer = client.purge(Retention.of(done_after="2d"))
+        answer = client.run(Retention.of(done_after="2d").call())
     assert answer == PurgeResult(1, 1, 0, 0)
     assert _rows(database_url, "select id from jobs.jobs") == [(recent,)]
     assert old != recent

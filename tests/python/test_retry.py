@@ -8,9 +8,9 @@ from datetime import timedelta
 
 import pytest
 
-from durajobs.durations import DeclarationInvalid
+from durajobs._values.durations import DeclarationInvalid
+from durajobs.declare.retry import ErrorClass, RetryPolicy, classify, register_error_class
 from durajobs.errors import ErrorCodeDuplicate
-from durajobs.retry import ErrorClass, RetryPolicy, classify, register_error_class
 
 
 def _seconds(delays: list[timedelta]) -> list[float]:

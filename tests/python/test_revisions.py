@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import psycopg
 
-from durajobs.migrations import functions_sql
-from durajobs.revisions import (
+from durajobs._db.migrations import functions_sql
+from durajobs._db.revisions import (
     differences,
     functions_change,
     hand_written_part,

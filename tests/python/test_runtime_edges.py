@@ -13,13 +13,13 @@ import pytest
 from pydantic import BaseModel
 
 import durajobs
-from durajobs import calls
-from durajobs.database import AsyncDatabase
+from durajobs._db import calls
+from durajobs._db.database import AsyncDatabase
+from durajobs.declare.retry import RetryPolicy
 from durajobs.errors import Draining
-from durajobs.execution import execute
-from durajobs.retry import RetryPolicy
-from durajobs.signals import CancelSignal
-from durajobs.worker import Worker
+from durajobs.runtime.attempt import run_attempt
+from durajobs.runtime.cancel import CancelSignal
+from durajobs.runtime.worker import Worker
 
 
 class Item(BaseModel):
@@ -43,7 +43,7 @@ async def _execute_one(database_url, registry, *, signal=None, before=None):
         (claimed,) = await db.run(calls.claim(["default"], "w"))
         if before is not None:
             await asyncio.to_thread(before, claimed)
-        return await execute(
+        return await run_attempt(
             claimed, registry, db=db, worker_id="w", signal=signal or CancelSignal(), lease=Lease()
         )
 
@@ -117,7 +117,7 @@ def test_a_run_parked_by_a_step_under_a_drain_stays_parked(database_url):
     async def scenario():
         async with AsyncDatabase(database_url) as db:
             (claimed,) = await db.run(calls.claim(["default"], "w"))
-            return await execute(
+            return await run_attempt(
                 claimed,
                 registry,
                 db=DrainAfterTheSleepIsStored(db),
@@ -476,7 +476,7 @@ def test_a_history_that_cannot_be_read_hands_the_run_back_uncounted(database_url
                 return await real_run(call)
 
             db.run = broken_history  # type: ignore[method-assign]
-            return await execute(
+            return await run_attempt(
                 claimed, registry, db=db, worker_id="w", signal=CancelSignal(), lease=Lease()
             )
 
@@ -529,7 +529,7 @@ def test_a_first_attempt_without_steps_reads_no_history_and_a_resumed_run_does(d
                 return await real_run(call)
 
             db.run = recording  # type: ignore[method-assign]
-            await execute(
+            await run_attempt(
                 claimed, registry, db=db, worker_id="w", signal=CancelSignal(), lease=Lease()
             )
             return functions

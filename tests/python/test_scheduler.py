@@ -11,9 +11,9 @@ from pydantic import BaseModel
 
 import durajobs
 from dropped_cancel import CancelDropper, cancel_once_while_parked
-from durajobs import calls
-from durajobs.durations import DeclarationInvalid
-from durajobs.scheduler import Scheduler
+from durajobs._db import calls
+from durajobs._values.durations import DeclarationInvalid
+from durajobs.services.scheduler import Scheduler
 
 START = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
 

@@ -18,8 +18,8 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from pydantic import BaseModel
 
 import durajobs
-from durajobs import tracing
-from durajobs.worker import Worker
+from durajobs.observe import tracing
+from durajobs.runtime.worker import Worker
 from running import run_until
 
 
@@ -212,8 +212,8 @@ def test_without_opentelemetry_enqueue_and_run_work(database_url, tmp_path):
         "from pydantic import BaseModel\n"
         "class Empty(BaseModel):\n"
         "    pass\n"
-        "from durajobs.worker import Worker\n"
-        "from durajobs.tracing import current_traceparent\n"
+        "from durajobs.runtime.worker import Worker\n"
+        "from durajobs.observe.tracing import current_traceparent\n"
         "assert current_traceparent() is None\n"
         "registry = durajobs.Registry(database_url=sys.argv[1])\n"
         "@registry.job(name='n', input=Empty, idempotency_key=lambda i: 'k', tenant='none')\n"

@@ -23,9 +23,9 @@ from sqlalchemy.ext.asyncio import AsyncSession, create_async_engine
 from sqlalchemy.orm import Session
 
 import durajobs
-from durajobs.durations import DeclarationInvalid
+from durajobs._values.durations import DeclarationInvalid
 from durajobs.errors import ArgumentInvalid, ConfigInvalid, JobDuplicate, OutboxNoTransaction
-from durajobs.relay import OutboxRelay
+from durajobs.services.relay import OutboxRelay
 
 REPOSITORY = Path(__file__).resolve().parents[2]
 
@@ -353,7 +353,7 @@ def test_a_psycopg_async_connection_joins_its_transaction(database_url, job):
 
 def test_the_wake_is_delivered_on_commit_not_before(database_url, engine, job):
     with psycopg.connect(database_url, autocommit=True) as listener:
-        listener.execute(durajobs.calls.listen())
+        listener.execute(durajobs._db.calls.listen())
         with Session(engine) as session:
             job.enqueue({"key": "rolled-back"}, using=session, queue="mail")
             session.rollback()

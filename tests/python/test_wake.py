@@ -10,8 +10,8 @@ import psycopg
 import pytest
 
 import durajobs
-from durajobs.tasks import cancel_and_wait
-from durajobs.wake import QueueWake
+from durajobs.runtime._asyncio import cancel_and_wait
+from durajobs.runtime.wake import QueueWake
 
 SLOT_START = datetime.fromisoformat("2026-01-01T00:00:00+00:00")
 
@@ -90,7 +90,7 @@ def test_enqueue_many_announces_each_queue_once_per_statement(client, listener):
 
 def test_a_rolled_back_enqueue_announces_nothing(database_url, listener):
     with psycopg.connect(database_url) as connection:
-        durajobs.execute(connection, durajobs.calls.enqueue("mail", {}, "rolled-back"))
+        durajobs.execute(connection, durajobs._db.calls.enqueue("mail", {}, "rolled-back"))
         connection.rollback()
     assert _heard(listener) == []
 

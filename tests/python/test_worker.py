@@ -15,10 +15,10 @@ from pydantic import BaseModel
 
 import durajobs
 from dropped_cancel import CancelDropper, cancel_once_while_parked
-from durajobs import calls
+from durajobs._db import calls
+from durajobs.declare.retry import RetryPolicy
 from durajobs.errors import ConfigInvalid
-from durajobs.retry import RetryPolicy
-from durajobs.worker import Worker
+from durajobs.runtime.worker import Worker
 from running import run_until
 
 
@@ -690,7 +690,7 @@ def test_a_cancel_during_a_claim_hands_the_claimed_rows_back(database_url, cance
 
 def test_a_listener_that_never_hears_its_probe_stays_unverified(database_url, caplog):
     """R59: a proxy that swallows LISTEN must not raise the idle ceiling."""
-    from durajobs.wake import QueueWake
+    from durajobs.runtime.wake import QueueWake
 
     async def scenario():
         async def swallowed(token):

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from durajobs.migrations import apply_sql_file
+from durajobs._db.migrations import apply_sql_file
 
 revision = "0001"
 down_revision = None

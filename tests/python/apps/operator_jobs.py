@@ -6,7 +6,7 @@ from __future__ import annotations
 from pydantic import BaseModel
 
 from durajobs import Registry
-from durajobs.retry import RetryPolicy
+from durajobs.declare.retry import RetryPolicy
 
 registry = Registry()
 

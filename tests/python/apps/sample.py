@@ -14,7 +14,7 @@ import psycopg
 from pydantic import BaseModel
 
 from durajobs import Registry
-from durajobs.retry import RetryPolicy
+from durajobs.declare.retry import RetryPolicy
 
 DATABASE_URL = os.environ.get("DATABASE_URL", "")
 registry = Registry(database_url=DATABASE_URL or None)

@@ -1,0 +1,1 @@
+"""The database seam: SQL call builders, their executors, transactions and migrations."""

@@ -1,0 +1,641 @@
+"""Every SQL statement the package sends, as one small builder per function.
+
+A builder answers a `Call`: the function's name, the SQL in named notation, the parameters and
+the decoder of its rows. The sync and async executors (and later the worker, the relay, the CLI)
+run the same builders, so nothing is kept in step by hand. Optional arguments left as None are
+not sent, so the SQL function's own default applies.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any, Generic, TypeVar
+from uuid import UUID
+
+from psycopg.types.json import Jsonb
+
+from durajobs._values.records import (
+    BulkResult,
+    ClaimedJob,
+    CounterRow,
+    CounterTotal,
+    EnqueueResult,
+    EventLookup,
+    JobSummary,
+    OutboxRecord,
+    PurgeResult,
+    QueueDepth,
+    QueueStat,
+    Row,
+    SettleResult,
+    StepRecord,
+    TaskState,
+    WorkerRecord,
+)
+from durajobs._values.states import HeartbeatAnswer, NackTarget, StepStatus, narrow
+from durajobs.errors import ClaimQueuesEmpty
+
+T = TypeVar("T")
+
+DEFAULT_VISIBILITY = timedelta(seconds=30)
+
+# request values JSON has no type for; a tuple, as `UUID | datetime` would be built per value
+_SENT_AS_TEXT = (UUID, datetime)
+
+
+@dataclass(frozen=True, slots=True)
+class Call(Generic[T]):
+    """One call of one SQL function, ready for an executor."""
+
+    function: str
+    sql: str
+    params: dict[str, Any]
+    decode: Callable[[Sequence[Row]], T]
+
+
+def _call(
+    function: str,
+    columns: str,
+    arguments: Mapping[str, Any],
+    decode: Callable[[Sequence[Row]], T],
+    *,
+    scalar: bool = False,
+) -> Call[T]:
+    sent = {name: value for name, value in arguments.items() if value is not None}
+    named = ", ".join(f"{name} => %({name})s" for name in sent)
+    source = f"{function}({named})"
+    sql = f"select {source}" if scalar else f"select {columns} from {source}"
+    return Call(function=function, sql=sql, params=sent, decode=decode)
+
+
+def _one(from_row: Callable[[Row], T]) -> Callable[[Sequence[Row]], T]:
+    def decode(rows: Sequence[Row]) -> T:
+        return from_row(rows[0])
+
+    return decode
+
+
+def _all(from_row: Callable[[Row], T]) -> Callable[[Sequence[Row]], list[T]]:
+    def decode(rows: Sequence[Row]) -> list[T]:
+        return [from_row(row) for row in rows]
+
+    return decode
+
+
+def _scalar(rows: Sequence[Row]) -> Any:
+    return rows[0][0]
+
+
+def version() -> Call[int]:
+    return _call("jobs.version", "", {}, _scalar, scalar=True)
+
+
+def enqueue(
+    name: str,
+    input: Mapping[str, Any],
+    idempotency_key: str,
+    *,
+    queue: str | None = None,
+    tenant_id: str | None = None,
+    run_at: datetime | None = None,
+    max_attempts: int | None = None,
+    priority: int | None = None,
+    id: UUID | None = None,
+    run_id: UUID | None = None,
+    on_conflict: str | None = None,
+    traceparent: str | None = None,
+    enqueued_by: str | None = None,
+) -> Call[EnqueueResult]:
+    arguments = {
+        "name": name,
+        # Jsonb binds the object as one jsonb value, never a double-encoded string; a
+        # non-object reaches the function, which refuses it with X_JOB_INPUT_INVALID
+        "input": Jsonb(dict(input) if isinstance(input, Mapping) else input),
+        "idempotency_key": idempotency_key,
+        "queue": queue,
+        "tenant_id": tenant_id,
+        "run_at": run_at,
+        "max_attempts": max_attempts,
+        "priority": priority,
+        "id": id,
+        "run_id": run_id,
+        "on_conflict": on_conflict,
+        "traceparent": traceparent,
+        "enqueued_by": enqueued_by,
+    }
+    return _call("jobs.enqueue", "id, run_id, deduped", arguments, _one(EnqueueResult.from_row))
+
+
+def enqueue_many(
+    requests: Sequence[Mapping[str, Any]], *, on_conflict: str | None = None
+) -> Call[list[EnqueueResult]]:
+    """Build jobs.enqueue_many; each request holds jobs.enqueue's argument names."""
+    encoded = [
+        {
+            key: (str(value) if isinstance(value, _SENT_AS_TEXT) else value)
+            for key, value in request.items()
+            if value is not None
+        }
+        for request in requests
+    ]
+    return _call(
+        "jobs.enqueue_many",
+        "id, run_id, deduped",
+        {"requests": Jsonb(encoded), "on_conflict": on_conflict},
+        _all(EnqueueResult.from_row),
+    )
+
+
+def claim(
+    queues: Sequence[str],
+    worker_id: str,
+    *,
+    batch_size: int | None = None,
+    visibility: timedelta | None = None,
+    drop_exhausted: Sequence[str] | None = None,
+    recover_lapsed: bool | None = None,
+) -> Call[list[ClaimedJob]]:
+    """`jobs.claim_v1`; `recover_lapsed=False` skips the burial and re-take of lapsed leases."""
+    if not queues:
+        # refused before SQL, as the function would refuse it
+        raise ClaimQueuesEmpty(
+            "claim: queues is empty, so no job could ever be claimed",
+            detail={"argument": "queues"},
+        )
+    arguments = {
+        "queues": list(queues),
+        "worker_id": worker_id,
+        "batch_size": batch_size,
+        "visibility": visibility,
+        "drop_exhausted": None if drop_exhausted is None else list(drop_exhausted),
+        "recover_lapsed": recover_lapsed,
+    }
+    return _call("jobs.claim_v1", ClaimedJob.COLUMNS, arguments, _all(ClaimedJob.from_row))
+
+
+def ack(id: UUID, worker_id: str, claim: int) -> Call[bool]:
+    arguments = {"id": id, "worker_id": worker_id, "claim": claim}
+    return _call("jobs.ack_v1", "", arguments, _scalar, scalar=True)
+
+
+def ack_many(
+    worker_id: str, ids: Sequence[UUID], claims: Sequence[int]
+) -> Call[list[SettleResult]]:
+    arguments = {"worker_id": worker_id, "ids": list(ids), "claims": list(claims)}
+    return _call("jobs.ack_many_v1", "id, landed", arguments, _all(SettleResult.from_row))
+
+
+def nack(
+    id: UUID,
+    worker_id: str,
+    claim: int,
+    *,
+    next_state: NackTarget = NackTarget.READY,
+    delay: timedelta | None = None,
+    counts_as_attempt: bool = True,
+    error: str | None = None,
+    error_code: str | None = None,
+    error_stack: str | None = None,
+) -> Call[bool]:
+    arguments = {
+        "id": id,
+        "worker_id": worker_id,
+        "claim": claim,
+        "next_state": str(next_state),
+        "delay": delay,
+        "counts_as_attempt": counts_as_attempt,
+        "error": error,
+        "error_code": error_code,
+        "error_stack": error_stack,
+    }
+    return _call("jobs.nack_v1", "", arguments, _scalar, scalar=True)
+
+
+def nack_many(worker_id: str, nacks: Sequence[Mapping[str, Any]]) -> Call[list[SettleResult]]:
+    """Build jobs.nack_many_v1; each nack holds jobs.nack_v1's argument names."""
+    encoded = [
+        {
+            key: (
+                str(value)
+                if isinstance(value, UUID)
+                else f"{value.total_seconds()} seconds"
+                if isinstance(value, timedelta)
+                else value
+            )
+            for key, value in item.items()
+            if value is not None
+        }
+        for item in nacks
+    ]
+    arguments = {"worker_id": worker_id, "nacks": Jsonb(encoded)}
+    return _call("jobs.nack_many_v1", "id, landed", arguments, _all(SettleResult.from_row))
+
+
+def heartbeat(
+    id: UUID, worker_id: str, claim: int, *, visibility: timedelta | None = None
+) -> Call[HeartbeatAnswer]:
+    arguments = {"id": id, "worker_id": worker_id, "claim": claim, "visibility": visibility}
+
+    def decode(rows: Sequence[Row]) -> HeartbeatAnswer:
+        return narrow(HeartbeatAnswer, rows[0][0], table="jobs.heartbeat_v1", column="answer")
+
+    return _call("jobs.heartbeat_v1", "", arguments, decode, scalar=True)
+
+
+def record_step(
+    id: UUID,
+    worker_id: str,
+    claim: int,
+    name: str,
+    status: StepStatus,
+    *,
+    output: Any = None,
+    error: str | None = None,
+    wake_at: datetime | None = None,
+) -> Call[StepRecord]:
+    arguments = {
+        "id": id,
+        "worker_id": worker_id,
+        "claim": claim,
+        "name": name,
+        "status": str(status),
+        "output": None if output is None else Jsonb(output),
+        "error": error,
+        "wake_at": wake_at,
+    }
+    return _call("jobs.record_step_v1", StepRecord.COLUMNS, arguments, _one(StepRecord.from_row))
+
+
+def steps(run_id: UUID) -> Call[list[StepRecord]]:
+    return _call("jobs.steps_v1", StepRecord.COLUMNS, {"run_id": run_id}, _all(StepRecord.from_row))
+
+
+def queue_stats(queues: Sequence[str] | None = None) -> Call[list[QueueStat]]:
+    arguments = {"queues": None if queues is None else list(queues)}
+    return _call("jobs.queue_stats", QueueStat.COLUMNS, arguments, _all(QueueStat.from_row))
+
+
+def pause_queue(queue: str, *, paused_by: str | None = None) -> Call[bool]:
+    arguments = {"queue": queue, "paused_by": paused_by}
+    return _call("jobs.pause_queue", "", arguments, _scalar, scalar=True)
+
+
+def resume_queue(queue: str) -> Call[bool]:
+    return _call("jobs.resume_queue", "", {"queue": queue}, _scalar, scalar=True)
+
+
+def cancel(id: UUID, *, reason: str | None = None) -> Call[bool]:
+    return _call("jobs.cancel", "", {"id": id, "reason": reason}, _scalar, scalar=True)
+
+
+def requeue(id: UUID, *, from_step: str | None = None) -> Call[bool]:
+    arguments = {"id": id, "from_step": from_step}
+    return _call("jobs.requeue", "", arguments, _scalar, scalar=True)
+
+
+WAKE_CHANNEL = "jobs_wake"
+
+
+def listen(channel: str = WAKE_CHANNEL) -> str:
+    """The statement a wake listener runs on its own connection."""
+    return f"listen {channel}"
+
+
+def wake_probe(token: str, channel: str = WAKE_CHANNEL) -> Call[None]:
+    """Send `token` on a wake channel, to prove a listener hears it."""
+    return Call(
+        function="pg_notify",
+        sql="select pg_notify(%(channel)s, %(token)s)",
+        params={"channel": channel, "token": token},
+        decode=lambda rows: None,
+    )
+
+
+OUTBOX_WAKE_CHANNEL = "jobs_outbox_wake"
+
+
+def outbox_stage(
+    name: str,
+    input: Mapping[str, Any],
+    idempotency_key: str,
+    *,
+    queue: str | None = None,
+    tenant_id: str | None = None,
+    run_at: datetime | None = None,
+    max_attempts: int | None = None,
+    priority: int | None = None,
+    run_id: UUID | None = None,
+    traceparent: str | None = None,
+    enqueued_by: str | None = None,
+) -> Call[EnqueueResult]:
+    arguments = {
+        "name": name,
+        "input": Jsonb(dict(input) if isinstance(input, Mapping) else input),
+        "idempotency_key": idempotency_key,
+        "queue": queue,
+        "tenant_id": tenant_id,
+        "run_at": run_at,
+        "max_attempts": max_attempts,
+        "priority": priority,
+        "run_id": run_id,
+        "traceparent": traceparent,
+        "enqueued_by": enqueued_by,
+    }
+    return _call(
+        "jobs.outbox_stage", "id, run_id, deduped", arguments, _one(EnqueueResult.from_row)
+    )
+
+
+def outbox_claim(
+    relay_id: str, *, batch_size: int | None = None, lease: timedelta | None = None
+) -> Call[list[OutboxRecord]]:
+    arguments = {"relay_id": relay_id, "batch_size": batch_size, "lease": lease}
+    return _call("jobs.outbox_claim", OutboxRecord.COLUMNS, arguments, _all(OutboxRecord.from_row))
+
+
+def outbox_mark_published(relay_id: str, ids: Sequence[UUID]) -> Call[list[UUID]]:
+    arguments = {"relay_id": relay_id, "ids": list(ids)}
+
+    def decode(rows: Sequence[Row]) -> list[UUID]:
+        return [row[0] for row in rows]
+
+    return _call("jobs.outbox_mark_published", "outbox_mark_published", arguments, decode)
+
+
+def outbox_release(relay_id: str, ids: Sequence[UUID]) -> Call[int]:
+    arguments = {"relay_id": relay_id, "ids": list(ids)}
+    return _call("jobs.outbox_release", "", arguments, _scalar, scalar=True)
+
+
+def outbox_relay(relay_id: str, *, batch_size: int | None = None) -> Call[list[EnqueueResult]]:
+    arguments = {"relay_id": relay_id, "batch_size": batch_size}
+    return _call(
+        "jobs.outbox_relay", "id, run_id, deduped", arguments, _all(EnqueueResult.from_row)
+    )
+
+
+def publish(staged: OutboxRecord) -> Call[EnqueueResult]:
+    """Enqueue a staged request under the outbox row's own id and run id (in the queue's
+    database), so a re-publish meets the job the first publish made."""
+    request = staged.request
+    return enqueue(
+        request["name"],
+        request["input"],
+        request["idempotency_key"],
+        queue=request.get("queue"),
+        tenant_id=request.get("tenant_id"),
+        run_at=datetime.fromisoformat(request["run_at"]) if request.get("run_at") else None,
+        max_attempts=request.get("max_attempts"),
+        priority=request.get("priority"),
+        id=staged.id,
+        run_id=staged.run_id,
+        on_conflict="dedupe",
+        traceparent=request.get("traceparent"),
+        enqueued_by=request.get("enqueued_by"),
+    )
+
+
+def publish_event(
+    name: str,
+    payload: Any = None,
+    *,
+    correlation_key: str | None = None,
+    ttl: timedelta | None = None,
+) -> Call[UUID]:
+    arguments = {
+        "name": name,
+        "payload": None if payload is None else Jsonb(payload),
+        "correlation_key": correlation_key,
+        "ttl": ttl,
+    }
+    return _call("jobs.publish_event", "", arguments, _scalar, scalar=True)
+
+
+def find_event(
+    name: str, *, correlation_key: str | None = None, after: datetime | None = None
+) -> Call[EventLookup]:
+    arguments = {"name": name, "correlation_key": correlation_key, "after": after}
+    return _call("jobs.find_event", EventLookup.COLUMNS, arguments, _one(EventLookup.from_row))
+
+
+def scheduler_arm(task: str, watermark: datetime) -> Call[TaskState]:
+    arguments = {"task": task, "watermark": watermark}
+    return _call("jobs.scheduler_arm", TaskState.COLUMNS, arguments, _one(TaskState.from_row))
+
+
+def scheduler_fire(
+    task: str,
+    occurrence: datetime,
+    requests: Sequence[Mapping[str, Any]],
+    *,
+    watermark: datetime | None = None,
+) -> Call[list[EnqueueResult]]:
+    arguments = {
+        "task": task,
+        "occurrence": occurrence,
+        "requests": Jsonb([dict(request) for request in requests]),
+        "watermark": watermark,
+    }
+    return _call(
+        "jobs.scheduler_fire", "id, run_id, deduped", arguments, _all(EnqueueResult.from_row)
+    )
+
+
+def scheduler_lead(
+    holder: str, *, ttl: timedelta | None = None, name: str | None = None
+) -> Call[bool]:
+    arguments = {"holder": holder, "ttl": ttl, "name": name}
+    return _call("jobs.scheduler_lead", "", arguments, _scalar, scalar=True)
+
+
+def scheduler_resign(holder: str, *, name: str | None = None) -> Call[bool]:
+    return _call(
+        "jobs.scheduler_resign", "", {"holder": holder, "name": name}, _scalar, scalar=True
+    )
+
+
+def pause_task(task: str) -> Call[bool]:
+    return _call("jobs.pause_task", "", {"task": task}, _scalar, scalar=True)
+
+
+def resume_task(task: str) -> Call[bool]:
+    return _call("jobs.resume_task", "", {"task": task}, _scalar, scalar=True)
+
+
+def task_fires() -> Call[list[TaskState]]:
+    return _call("jobs.task_fires", TaskState.COLUMNS, {}, _all(TaskState.from_row))
+
+
+def list_jobs(
+    *,
+    queue: str | None = None,
+    name: str | None = None,
+    state: str | None = None,
+    tenant_id: str | None = None,
+    id_prefix: str | None = None,
+    created_from: datetime | None = None,
+    created_to: datetime | None = None,
+    page_size: int | None = None,
+    after: UUID | None = None,
+    before: UUID | None = None,
+) -> Call[list[JobSummary]]:
+    arguments = {
+        "queue": queue,
+        "name": name,
+        "state": state,
+        "tenant_id": tenant_id,
+        "id_prefix": id_prefix,
+        "created_from": created_from,
+        "created_to": created_to,
+        "page_size": page_size,
+        "after": after,
+        "before": before,
+    }
+    return _call("jobs.list_jobs", JobSummary.COLUMNS, arguments, _all(JobSummary.from_row))
+
+
+def remove(id: UUID) -> Call[bool]:
+    return _call("jobs.remove", "", {"id": id}, _scalar, scalar=True)
+
+
+def promote(id: UUID) -> Call[bool]:
+    return _call("jobs.promote", "", {"id": id}, _scalar, scalar=True)
+
+
+def _bulk(
+    function: str, state: str, queue: str | None, name: str | None, tenant_id: str | None
+) -> Call[BulkResult]:
+    arguments = {"state": state, "queue": queue, "name": name, "tenant_id": tenant_id}
+    return _call(function, "affected, remaining", arguments, _one(BulkResult.from_row))
+
+
+def requeue_many(
+    state: str, *, queue: str | None = None, name: str | None = None, tenant_id: str | None = None
+) -> Call[BulkResult]:
+    return _bulk("jobs.requeue_many", state, queue, name, tenant_id)
+
+
+def remove_many(
+    state: str, *, queue: str | None = None, name: str | None = None, tenant_id: str | None = None
+) -> Call[BulkResult]:
+    return _bulk("jobs.remove_many", state, queue, name, tenant_id)
+
+
+def promote_many(
+    state: str, *, queue: str | None = None, name: str | None = None, tenant_id: str | None = None
+) -> Call[BulkResult]:
+    return _bulk("jobs.promote_many", state, queue, name, tenant_id)
+
+
+def progress(
+    id: UUID,
+    worker_id: str,
+    claim: int,
+    done: float,
+    total: float | None = None,
+    note: str | None = None,
+) -> Call[bool]:
+    arguments = {
+        "id": id,
+        "worker_id": worker_id,
+        "claim": claim,
+        "done": done,
+        "total": total,
+        "note": note,
+    }
+    return _call("jobs.progress_v1", "", arguments, _scalar, scalar=True)
+
+
+def inspect_job(id: UUID) -> Call[dict[str, Any]]:
+    return _call("jobs.inspect_job", "", {"id": id}, _scalar, scalar=True)
+
+
+def queue_depth(queues: Sequence[str] | None = None) -> Call[list[QueueDepth]]:
+    arguments = {"queues": None if queues is None else list(queues)}
+    return _call("jobs.queue_depth", QueueDepth.COLUMNS, arguments, _all(QueueDepth.from_row))
+
+
+def worker_announce(
+    worker_id: str,
+    *,
+    host: str,
+    pid: int,
+    queues: Sequence[str],
+    slots: int,
+    ttl: timedelta | None = None,
+) -> Call[None]:
+    arguments = {
+        "worker_id": worker_id,
+        "host": host,
+        "pid": pid,
+        "queues": list(queues),
+        "slots": slots,
+        "ttl": ttl,
+    }
+    return _call("jobs.worker_announce", "", arguments, lambda _rows: None, scalar=True)
+
+
+def worker_heartbeat(
+    worker_id: str, in_flight: Sequence[UUID], *, ttl: timedelta | None = None
+) -> Call[bool]:
+    arguments = {"worker_id": worker_id, "in_flight": list(in_flight), "ttl": ttl}
+    return _call("jobs.worker_heartbeat", "", arguments, _scalar, scalar=True)
+
+
+def worker_running(worker_id: str) -> Call[list[tuple[UUID, int]]]:
+    """`jobs.worker_running_v1`: the (id, claim) of each row `worker_id` holds running."""
+
+    def decode(rows: Sequence[Row]) -> list[tuple[UUID, int]]:
+        return [(row[0], int(row[1])) for row in rows]
+
+    return _call("jobs.worker_running_v1", "id, claim", {"worker_id": worker_id}, decode)
+
+
+def worker_draining(worker_id: str) -> Call[bool]:
+    return _call("jobs.worker_draining", "", {"worker_id": worker_id}, _scalar, scalar=True)
+
+
+def worker_forget(worker_id: str) -> Call[bool]:
+    return _call("jobs.worker_forget", "", {"worker_id": worker_id}, _scalar, scalar=True)
+
+
+def workers_live() -> Call[list[WorkerRecord]]:
+    return _call("jobs.workers_live", WorkerRecord.COLUMNS, {}, _all(WorkerRecord.from_row))
+
+
+def counters(name: str | None = None, *, since: datetime | None = None) -> Call[list[CounterRow]]:
+    arguments = {"name": name, "since": since}
+    return _call("jobs.counters", CounterRow.COLUMNS, arguments, _all(CounterRow.from_row))
+
+
+def counter_totals(*, since: datetime | None = None) -> Call[list[CounterTotal]]:
+    arguments = {"since": since}
+    return _call(
+        "jobs.counter_totals", CounterTotal.COLUMNS, arguments, _all(CounterTotal.from_row)
+    )
+
+
+def purge(
+    *,
+    done_after: timedelta | None = None,
+    ended_after: timedelta | None = None,
+    published_after: timedelta | None = None,
+    batch_size: int | None = None,
+) -> Call[PurgeResult]:
+    """`jobs.purge`: one batch of what outlived its window; None keeps the function's default."""
+    arguments = {
+        "done_after": done_after,
+        "ended_after": ended_after,
+        "published_after": published_after,
+        "batch_size": batch_size,
+    }
+    return _call("jobs.purge", "jobs, steps, outbox, events", arguments, _one(PurgeResult.from_row))
+
+
+def rollup_counters() -> Call[dict[str, int]]:
+    def decode(rows: Sequence[Row]) -> dict[str, int]:
+        return {str(row[0]): int(row[1]) for row in rows}
+
+    return _call("jobs.rollup_counters", "tier, moved", {}, decode)

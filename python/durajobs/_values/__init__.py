@@ -1,0 +1,1 @@
+"""Plain values the layers share: answer rows, states, durations and counts."""

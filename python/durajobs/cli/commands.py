@@ -1,0 +1,274 @@
+"""The `durajobs` command."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import os
+import signal
+import sys
+from collections.abc import Sequence
+from dataclasses import asdict
+from typing import Any
+
+from durajobs._db.migrations import HEAD, migrate
+from durajobs.cli.support import (
+    add_retention_options,
+    database_url,
+    instant,
+    load_registry,
+    retention_from,
+)
+from durajobs.client import Client
+from durajobs.errors import DurajobsError, JobInputInvalid
+from durajobs.observe.tracing import checked_traceparent, current_traceparent
+from durajobs.runtime._asyncio import cancel_and_wait
+
+
+def _json_object(text: str) -> dict[str, Any]:
+    try:
+        value = json.loads(text)
+    except ValueError as error:
+        raise JobInputInvalid(f"--input is not valid JSON: {error}") from None
+    if not isinstance(value, dict):
+        raise JobInputInvalid(f"--input must be a JSON object, got {type(value).__name__}")
+    return value
+
+
+def _traceparent(flag: str | None) -> str | None:
+    """The trace context to stamp: --traceparent, else $TRACEPARENT (OpenTelemetry's carrier
+    for a process started inside a trace), else the current span's (none in a bare CLI)."""
+    if flag is not None:
+        return checked_traceparent(flag, "--traceparent")
+    inherited = os.environ.get("TRACEPARENT")
+    if inherited:
+        return checked_traceparent(inherited, "TRACEPARENT")
+    return current_traceparent()
+
+
+def _cmd_migrate(args: argparse.Namespace) -> int:
+    migrate(database_url(args.database_url), args.revision)
+    print(f"jobs schema at revision {args.revision}")
+    return 0
+
+
+def _cmd_enqueue(args: argparse.Namespace) -> int:
+    options: dict[str, Any] = {
+        "queue": args.queue,
+        "tenant_id": args.tenant,
+        "priority": args.priority,
+        "max_attempts": args.max_attempts,
+        "run_at": instant(args.run_at, "--run-at") if args.run_at else None,
+        "traceparent": _traceparent(args.traceparent),
+    }
+    payload = _json_object(args.input)
+    with Client.connect(database_url(args.database_url)) as client:
+        result = client.enqueue(args.name, payload, args.key, **options)
+    answer = {
+        key: str(value) if key != "deduped" else value for key, value in asdict(result).items()
+    }
+    if args.json:
+        print(json.dumps(answer))
+    else:
+        verdict = "deduped onto live job" if result.deduped else "enqueued job"
+        print(f"{verdict} {result.id} (run {result.run_id})")
+    return 0
+
+
+def _cmd_demo(args: argparse.Namespace) -> int:
+    from durajobs.cli.demo import run_demo
+
+    url = args.database_url or os.environ.get("DATABASE_URL")
+    if url:
+        run_demo(url, users=args.users)
+        return 0
+    from durajobs.cli.embedded import embedded_postgres
+
+    print("no DATABASE_URL: starting an embedded Postgres for the demo")
+    with embedded_postgres() as embedded_url:
+        run_demo(embedded_url, users=args.users)
+    return 0
+
+
+def _cmd_worker(args: argparse.Namespace) -> int:
+    from durajobs.observe.logs import configure
+    from durajobs.runtime.worker import Worker
+
+    configure()
+    registry = load_registry(args.app)
+    queues = [q for q in args.queues.split(",") if q] if args.queues else None
+    url = database_url(args.database_url)
+    retention = retention_from(args)  # refused here, before anything starts
+    worker = Worker(
+        registry,
+        url,
+        queues=queues,
+        concurrency=args.concurrency,
+        max_in_flight=args.max_in_flight,
+        visibility=args.visibility,
+        drain_deadline=args.drain_deadline,
+        metrics_port=args.metrics_port,
+        metrics_host=args.metrics_host,
+        freeze_gc=True,  # this process is the worker's own
+    )
+
+    async def run() -> None:
+        if not args.with_scheduler:
+            await worker.run(install_signal_handlers=True)
+            return
+        from durajobs.services.scheduler import Scheduler
+
+        scheduler = Scheduler(registry, url, retention=retention)
+        scheduling = asyncio.ensure_future(scheduler.run())
+        try:
+            await worker.run(install_signal_handlers=True)
+        finally:
+            scheduler.stop()
+            # the scheduler's round gets what the worker left of the drain budget (all of it
+            # after a stop() without a drain): past it the round is abandoned, keeping its
+            # lease until it runs out
+            left = worker.drain_time_left()
+            budget = worker.drain_deadline.total_seconds() if left is None else left
+            done, _ = await asyncio.wait({scheduling}, timeout=budget)
+            if not done:
+                await cancel_and_wait(scheduling)
+
+    asyncio.run(run())
+    if worker.abandoned:
+        # a plain def body abandoned at the drain deadline still holds its thread, which the
+        # interpreter would wait for at exit: leave now, the lease brings its job back
+        logging.shutdown()
+        os._exit(0)
+    return 0
+
+
+def _cmd_relay(args: argparse.Namespace) -> int:
+    from durajobs.observe.logs import configure
+    from durajobs.services.relay import OutboxRelay
+
+    configure()
+    relay = OutboxRelay(
+        args.source_url or database_url(args.database_url),
+        database_url(args.database_url),
+        batch_size=args.batch_size,
+    )
+
+    async def run() -> None:
+        loop = asyncio.get_running_loop()
+        for number in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(number, relay.stop)
+        await relay.run()
+
+    asyncio.run(run())
+    return 0
+
+
+def _cmd_scheduler(args: argparse.Namespace) -> int:
+    from durajobs.observe.logs import configure
+    from durajobs.services.scheduler import Scheduler
+
+    configure()
+    scheduler = Scheduler(
+        load_registry(args.app), database_url(args.database_url), retention=retention_from(args)
+    )
+
+    async def run() -> None:
+        loop = asyncio.get_running_loop()
+        for number in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(number, scheduler.stop)
+        await scheduler.run()
+
+    asyncio.run(run())
+    return 0
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="durajobs", description="Durable jobs for Postgres.")
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    def with_database(command: argparse.ArgumentParser) -> argparse.ArgumentParser:
+        command.add_argument("--database-url", help="default: $DATABASE_URL")
+        return command
+
+    migrate_command = with_database(commands.add_parser("migrate", help="install or upgrade"))
+    migrate_command.add_argument("--revision", default=HEAD, help="alembic revision (head)")
+    migrate_command.set_defaults(run=_cmd_migrate)
+
+    enqueue_command = with_database(commands.add_parser("enqueue", help="enqueue one job"))
+    enqueue_command.add_argument("name", help="the job's name (its durable queue key)")
+    enqueue_command.add_argument("--input", required=True, help="the job's input, a JSON object")
+    enqueue_command.add_argument(
+        "--key", required=True, help="idempotency key: a second enqueue while live dedupes"
+    )
+    enqueue_command.add_argument("--queue", help="queue (default: 'default')")
+    enqueue_command.add_argument("--tenant", help="tenant id (default: none)")
+    enqueue_command.add_argument("--run-at", help="ISO 8601 instant with a zone (default: now)")
+    enqueue_command.add_argument("--priority", type=int, help="lower runs first (default 0)")
+    enqueue_command.add_argument("--max-attempts", type=int, help="default 20")
+    enqueue_command.add_argument(
+        "--traceparent",
+        help="W3C trace context the job's run continues (default: $TRACEPARENT, if set)",
+    )
+    enqueue_command.add_argument("--json", action="store_true", help="print the answer as JSON")
+    enqueue_command.set_defaults(run=_cmd_enqueue)
+
+    worker_command = with_database(commands.add_parser("worker", help="run a worker"))
+    worker_command.add_argument("--app", required=True, help="module:registry to run")
+    worker_command.add_argument("--queues", help="comma-separated (default: the registry's)")
+    worker_command.add_argument("--concurrency", type=int, default=8, help="slots per queue (8)")
+    worker_command.add_argument("--max-in-flight", type=int, help="process cap (default: none)")
+    worker_command.add_argument("--visibility", type=float, default=30.0, help="lease seconds (30)")
+    worker_command.add_argument(
+        "--drain-deadline", type=float, default=25.0, help="SIGTERM budget in seconds (25)"
+    )
+    worker_command.add_argument(
+        "--with-scheduler", action="store_true", help="also run the cron scheduler in this process"
+    )
+    worker_command.add_argument(
+        "--metrics-port", type=int, help="serve Prometheus metrics on this port (default: off)"
+    )
+    worker_command.add_argument(
+        "--metrics-host", default="0.0.0.0", help="address the metrics server binds (0.0.0.0)"
+    )
+    add_retention_options(worker_command, sweeping=True)  # with --with-scheduler
+    worker_command.set_defaults(run=_cmd_worker)
+
+    scheduler_command = with_database(commands.add_parser("scheduler", help="run the scheduler"))
+    scheduler_command.add_argument("--app", required=True, help="module:registry to schedule")
+    add_retention_options(scheduler_command, sweeping=True)
+    scheduler_command.set_defaults(run=_cmd_scheduler)
+
+    relay_command = with_database(commands.add_parser("relay", help="run the outbox relay"))
+    relay_command.add_argument(
+        "--source-url", help="the database holding the outbox (default: the queue's own)"
+    )
+    relay_command.add_argument("--batch-size", type=int, default=100, help="rows a pass (100)")
+    relay_command.set_defaults(run=_cmd_relay)
+
+    demo_command = with_database(commands.add_parser("demo", help="run the demo"))
+    demo_command.add_argument("--users", type=int, default=40, help="sign-ups to process (40)")
+    demo_command.set_defaults(run=_cmd_demo)
+
+    from durajobs.cli.operator import add_operator_commands
+
+    add_operator_commands(commands, with_database)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; answer the exit status (1 for a durajobs error, with its fix)."""
+    args = _parser().parse_args(argv)
+    try:
+        status: int = args.run(args)
+    except DurajobsError as error:
+        print(f"error: {error}", file=sys.stderr)
+        if error.hint:
+            print(f"fix: {error.hint}", file=sys.stderr)
+        return 1
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Declarations: jobs and their registry, retry policies and cron tasks."""

@@ -1,0 +1,513 @@
+"""Job declarations: `Registry.job(...)` turns a handler into a `Job`, the handle users enqueue.
+
+Everything a declaration says is checked when it is declared: a missing idempotency key or
+tenant, a duplicate name or an impossible number fails at import time, not at 3 a.m.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any, Generic, Literal, Protocol, TypedDict, TypeVar, Unpack
+from uuid import UUID
+
+import psycopg
+from pydantic import BaseModel, ValidationError
+
+from durajobs._db import calls
+from durajobs._db.execute import check_schema, check_schema_async, execute, execute_async
+from durajobs._db.transactions import (
+    async_connection,
+    current_transaction,
+    is_async,
+    sync_connection,
+)
+from durajobs._values.durations import DeclarationInvalid, Duration, parse_duration
+from durajobs._values.records import EnqueueResult
+from durajobs.client import Client
+from durajobs.declare.cron import DEFAULT_MAX_CATCH_UP, CatchUp, Entries, Task, declare_task
+from durajobs.declare.retry import RetryPolicy
+from durajobs.errors import (
+    ArgumentInvalid,
+    DriverUnavailable,
+    IdempotencyRequired,
+    JobDuplicate,
+    JobInputInvalid,
+    JobTenantRequired,
+    OutboxNoTransaction,
+)
+from durajobs.observe.tracing import current_traceparent
+
+# how often `step.wait_for_event` re-reads the table when no wake arrives
+DEFAULT_EVENT_POLL = timedelta(seconds=30)
+
+I = TypeVar("I", bound=BaseModel)  # noqa: E741 - the input model, as in Job[I]
+T = TypeVar("T")
+
+DEFAULT_QUEUE = "default"
+NO_TENANT: Literal["none"] = "none"
+
+Handler = Callable[[Any], Any] | Callable[[Any], Awaitable[Any]]
+# a psycopg connection, a SQLAlchemy Session/Connection (or their async forms), or a Client
+Using = object
+
+
+class EnqueueOptions(TypedDict, total=False):
+    """The per-call options of an enqueue (a misspelt one is a TypeError)."""
+
+    delay: Duration | None
+    run_at: datetime | None
+    queue: str | None
+    run_id: UUID | None
+    on_conflict: Literal["dedupe", "error"]
+    priority: int | None
+    outbox: bool  # False: publish to the queue directly even inside a transaction
+
+
+class Actor(Protocol):
+    """Who enqueues: `id` is stamped as enqueued_by, `org_id` as the job's tenant."""
+
+    @property
+    def id(self) -> str: ...
+
+    @property
+    def org_id(self) -> str | None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Settled:
+    """What on_settled receives, once per ending, after the settle landed."""
+
+    job: str
+    job_id: UUID
+    run_id: UUID
+    outcome: str
+    attempt: int
+    error: str | None = None
+    code: str | None = None
+    input: Any = None  # the stored input, as JSON
+    result: Any = None  # what the handler returned, for a completed ending
+
+
+@dataclass(eq=False)
+class Job(Generic[I]):
+    """A declared job: its durable name, its rules, and its handler."""
+
+    name: str
+    queue: str
+    input_model: type[I]
+    idempotency_key: Callable[[I], str]
+    tenant: Callable[[I], str | None] | Literal["none"]
+    retry: RetryPolicy
+    timeout: timedelta | None
+    step_timeout: timedelta | None
+    event_poll: timedelta
+    on_settled: Callable[[Settled], Any] | None
+    handler: Handler
+    registry: Registry = field(repr=False)
+
+    @property
+    def is_async(self) -> bool:
+        """An `async def` handler, seen through functools.wraps wrappers and __call__."""
+        return _is_async(self.handler)
+
+    def parse(self, input: I | Mapping[str, Any]) -> I:
+        """Validate `input` against the input model; raise X_JOB_INPUT_INVALID naming the field."""
+        if isinstance(input, self.input_model):
+            return input
+        try:
+            return self.input_model.model_validate(input)
+        except ValidationError as invalid:
+            first = invalid.errors()[0]
+            where = ".".join(str(part) for part in first["loc"]) or "input"
+            raise JobInputInvalid(
+                f"job {self.name}: input field {where!r}: {first['msg']}",
+                detail={
+                    "job": self.name,
+                    "field": where,
+                    "errors": invalid.errors(include_url=False),
+                },
+            ) from None
+
+    def _enqueue_call(
+        self,
+        input: I | Mapping[str, Any],
+        *,
+        delay: Duration | None = None,
+        run_at: datetime | None = None,
+        queue: str | None = None,
+        run_id: UUID | None = None,
+        on_conflict: Literal["dedupe", "error"] = "dedupe",
+        priority: int | None = None,
+        actor: Actor | None = None,
+        staged: bool = False,
+    ) -> calls.Call[EnqueueResult]:
+        model = self.parse(input)
+        key = self.idempotency_key(model)
+        if not isinstance(key, str) or not key.strip():
+            raise IdempotencyRequired(
+                f"job {self.name}: idempotency_key answered {key!r}; it must be a non-empty string",
+                detail={"job": self.name},
+            )
+        if actor is not None:
+            tenant_id, enqueued_by = actor.org_id, actor.id
+        else:
+            tenant_id = None if self.tenant == NO_TENANT else self.tenant(model)
+            enqueued_by = None
+        if delay is not None and run_at is not None:
+            raise DeclarationInvalid("pass delay or run_at, not both", detail={"job": self.name})
+        if run_at is not None and run_at.tzinfo is None:
+            raise ArgumentInvalid(
+                f"job {self.name}: run_at {run_at.isoformat()} has no time zone; pass an aware "
+                "datetime (e.g. datetime.now(UTC) + timedelta(hours=1))",
+                detail={"job": self.name, "argument": "run_at"},
+            )
+        if delay is not None and delay not in (0, timedelta(0)):
+            run_at = datetime.now(UTC) + parse_duration(delay, field="delay")
+        if staged:
+            if on_conflict != "dedupe":
+                raise ArgumentInvalid(
+                    f"job {self.name}: on_conflict={on_conflict!r} cannot be answered at stage "
+                    "time; a staged enqueue learns of a live duplicate only when it is published",
+                    detail={"job": self.name, "argument": "on_conflict"},
+                )
+            return calls.outbox_stage(
+                self.name,
+                model.model_dump(mode="json"),
+                key,
+                queue=queue or self.queue,
+                tenant_id=tenant_id,
+                run_at=run_at,
+                max_attempts=self.retry.attempts,
+                priority=priority,
+                run_id=run_id,
+                enqueued_by=enqueued_by,
+                traceparent=current_traceparent(),
+            )
+        return calls.enqueue(
+            self.name,
+            model.model_dump(mode="json"),
+            key,
+            queue=queue or self.queue,
+            tenant_id=tenant_id,
+            run_at=run_at,
+            max_attempts=self.retry.attempts,
+            priority=priority,
+            run_id=run_id,
+            on_conflict=on_conflict,
+            enqueued_by=enqueued_by,
+            traceparent=current_traceparent(),
+        )
+
+    def enqueue(
+        self,
+        input: I | Mapping[str, Any],
+        *,
+        using: Using = None,
+        **options: Unpack[EnqueueOptions],
+    ) -> EnqueueResult:
+        """Put one run of this job on the queue; never runs the handler here.
+
+        Runs on `using` (a psycopg connection joins its transaction) or the registry's database.
+        Options: delay or run_at, queue, run_id, on_conflict ('dedupe' or 'error'), priority.
+        Answers (id, run_id, deduped). Raises X_JOB_INPUT_INVALID and the SQL errors.
+        """
+        return self.registry.submit(self, input, using, **options)
+
+    async def enqueue_async(
+        self,
+        input: I | Mapping[str, Any],
+        *,
+        using: Using = None,
+        **options: Unpack[EnqueueOptions],
+    ) -> EnqueueResult:
+        """Async form of `enqueue`."""
+        return await self.registry.submit_async(self, input, using, **options)
+
+    def as_(
+        self,
+        actor: Actor,
+        input: I | Mapping[str, Any],
+        *,
+        using: Using = None,
+        **options: Unpack[EnqueueOptions],
+    ) -> EnqueueResult:
+        """Enqueue on behalf of `actor`: its org is the tenant, its id the enqueued_by."""
+        return self.registry.submit(self, input, using, actor=actor, **options)
+
+    async def as_async(
+        self,
+        actor: Actor,
+        input: I | Mapping[str, Any],
+        *,
+        using: Using = None,
+        **options: Unpack[EnqueueOptions],
+    ) -> EnqueueResult:
+        """Async form of `as_`."""
+        return await self.registry.submit_async(self, input, using, actor=actor, **options)
+
+    def describe(self) -> dict[str, Any]:
+        """A plain description for dashboards and manifests; never the key itself."""
+        return {
+            "name": self.name,
+            "queue": self.queue,
+            "input": self.input_model.model_json_schema(),
+            "idempotent": True,
+            "tenant": "none" if self.tenant == NO_TENANT else "from input",
+            "retry": {
+                "attempts": self.retry.attempts,
+                "backoff": self.retry.backoff,
+                "delay_seconds": self.retry.delay.total_seconds(),
+                "max_delay_seconds": self.retry.max_delay.total_seconds(),
+                "jitter": self.retry.jitter,
+                "dead_letter": self.retry.dead_letter,
+                "schedule_seconds": [d.total_seconds() for d in self.retry.schedule()],
+            },
+            "timeout_seconds": None if self.timeout is None else self.timeout.total_seconds(),
+            "event_poll_seconds": self.event_poll.total_seconds(),
+            "step_timeout_seconds": (
+                None if self.step_timeout is None else self.step_timeout.total_seconds()
+            ),
+            "async": self.is_async,
+        }
+
+
+class Registry:
+    """The jobs one application declares; the worker reads it (`--app module:registry`)."""
+
+    def __init__(
+        self,
+        database_url: str | None = None,
+        *,
+        outbox: bool = False,
+        mode: Literal["direct", "required"] = "direct",
+    ) -> None:
+        """`database_url` is the queue's database. `outbox=True`: an enqueue inside a caller's
+        transaction stages the job in that database's jobs.outbox for a relay to publish (the
+        queue lives elsewhere); otherwise it writes the job itself in the transaction.
+        `mode='required'`: an enqueue outside any transaction is X_OUTBOX_NO_TX instead of a
+        direct publish."""
+        if mode not in ("direct", "required"):
+            raise DeclarationInvalid(
+                f"mode must be 'direct' or 'required', got {mode!r}", detail={"field": "mode"}
+            )
+        self._jobs: dict[str, Job[Any]] = {}
+        self._tasks: dict[str, Task] = {}
+        self.database_url = database_url
+        self.outbox = outbox
+        self.mode = mode
+        self._schema_checked = False  # once per registry: a missing or old schema names the fix
+
+    def job(
+        self,
+        *,
+        name: str,
+        input: type[I],
+        idempotency_key: Callable[[I], str] | None = None,
+        tenant: Callable[[I], str | None] | Literal["none"] | None = None,
+        queue: str = DEFAULT_QUEUE,
+        retry: RetryPolicy | None = None,
+        timeout: Duration | None = None,
+        step_timeout: Duration | None = None,
+        event_poll: Duration = DEFAULT_EVENT_POLL,
+        on_settled: Callable[[Settled], Any] | None = None,
+    ) -> Callable[[Handler], Job[I]]:
+        """Declare a job; use as a decorator on its handler, `def run(ctx)` or `async def`."""
+        if not isinstance(name, str) or not name.strip():
+            raise DeclarationInvalid(
+                "a job needs an explicit, non-empty name", detail={"field": "name"}
+            )
+        if name in self._jobs:
+            raise JobDuplicate(f"a job named {name!r} is already declared", detail={"job": name})
+        if not (isinstance(input, type) and issubclass(input, BaseModel)):
+            raise DeclarationInvalid(
+                f"job {name}: input must be a pydantic model class", detail={"field": "input"}
+            )
+        if idempotency_key is None or not callable(idempotency_key):
+            raise IdempotencyRequired(
+                f"job {name} declares no idempotency_key; every enqueue needs one",
+                detail={"job": name},
+            )
+        if tenant is None or (tenant != NO_TENANT and not callable(tenant)):
+            raise JobTenantRequired(
+                f"job {name} declares no tenant: a function of the input, or 'none'",
+                detail={"job": name},
+            )
+        if not isinstance(queue, str) or not queue.strip():
+            raise DeclarationInvalid(
+                f"job {name}: queue must be a non-empty name", detail={"field": "queue"}
+            )
+
+        # every number is checked here, at declaration, before any handler is attached
+        attempt_timeout = None if timeout is None else parse_duration(timeout, field="timeout")
+        each_step_timeout = (
+            None if step_timeout is None else parse_duration(step_timeout, field="step_timeout")
+        )
+        poll = parse_duration(event_poll, field="event_poll")
+
+        def declare(handler: Handler) -> Job[I]:
+            if name in self._jobs:
+                raise JobDuplicate(
+                    f"a job named {name!r} is already declared", detail={"job": name}
+                )
+            declared: Job[I] = Job(
+                name=name,
+                queue=queue,
+                input_model=input,
+                idempotency_key=idempotency_key,
+                tenant=tenant,
+                retry=retry or RetryPolicy(),
+                timeout=attempt_timeout,
+                step_timeout=each_step_timeout,
+                event_poll=poll,
+                on_settled=on_settled,
+                handler=handler,
+                registry=self,
+            )
+            self._jobs[name] = declared
+            return declared
+
+        return declare
+
+    def task(
+        self,
+        *,
+        name: str,
+        cron: str,
+        tz: str,
+        catch_up: CatchUp = "skip",
+        max_catch_up: int = DEFAULT_MAX_CATCH_UP,
+    ) -> Callable[[Entries], Task]:
+        """Declare a cron task; decorate `def enqueue(occurrence) -> [(job, input), ...]`."""
+        return declare_task(
+            self._add_task,
+            name=name,
+            cron=cron,
+            tz=tz,
+            catch_up=catch_up,
+            max_catch_up=max_catch_up,
+        )
+
+    def _add_task(self, task: Task) -> None:
+        if task.name in self._tasks:
+            raise JobDuplicate(
+                f"a task named {task.name!r} is already declared", detail={"task": task.name}
+            )
+        self._tasks[task.name] = task
+
+    def tasks(self) -> list[Task]:
+        return [self._tasks[name] for name in sorted(self._tasks)]
+
+    def get(self, name: str) -> Job[Any] | None:
+        return self._jobs.get(name)
+
+    def names(self) -> list[str]:
+        """Every declared name, in code-point order (never locale collation)."""
+        return sorted(self._jobs)
+
+    def queues(self) -> list[str]:
+        return sorted({job.queue for job in self._jobs.values()})
+
+    def jobs(self) -> list[Job[Any]]:
+        return [self._jobs[name] for name in self.names()]
+
+    def _url(self) -> str:
+        if not self.database_url:
+            raise DriverUnavailable(
+                "no database to enqueue into: pass using=<connection> or "
+                "Registry(database_url=...)",
+                detail={},
+                hint="durajobs.Registry(database_url=os.environ['DATABASE_URL'])",
+            )
+        return self.database_url
+
+    def _transaction(self, using: object) -> object | None:
+        transaction = using if using is not None else current_transaction()
+        if transaction is None and self.mode == "required":
+            raise OutboxNoTransaction(
+                "this registry requires every enqueue to join a transaction, and none is open",
+                detail={},
+            )
+        return transaction
+
+    def submit(self, job: Job[Any], input: Any, using: object, **options: Any) -> EnqueueResult:
+        """Enqueue `job` on `using`, the ambient transaction, or directly (see __init__)."""
+        transaction, staged = self._route(using, options)
+        if isinstance(transaction, Client):
+            return transaction.run(job._enqueue_call(input, **options))
+        if transaction is not None and is_async(transaction):
+            raise DeclarationInvalid("an async transaction needs enqueue_async", detail={})
+        return self.run(job._enqueue_call(input, staged=staged, **options), transaction)
+
+    async def submit_async(
+        self, job: Job[Any], input: Any, using: object, **options: Any
+    ) -> EnqueueResult:
+        transaction, staged = self._route(using, options)
+        call = job._enqueue_call(input, staged=staged, **options)
+        return await self.run_async(call, transaction)
+
+    def _route(self, using: object, options: dict[str, Any]) -> tuple[object | None, bool]:
+        """Where an enqueue goes: (the transaction to join or None, whether to stage)."""
+        outbox = options.pop("outbox", True)
+        transaction = self._transaction(using)
+        if transaction is None or not self.outbox:
+            return transaction, False
+        if not outbox:
+            return None, False  # outbox=False: straight to the queue's own database
+        return transaction, True
+
+    def run(self, call: calls.Call[T], using: object = None) -> T:
+        """Run `call` in `using`'s transaction, or on a short autocommit connection."""
+        if isinstance(using, Client):
+            return using.run(call)
+        if using is not None:
+            connection = sync_connection(using)
+            self._check(connection)
+            return execute(connection, call)
+        with psycopg.connect(self._url(), autocommit=True) as fresh:
+            self._check(fresh)
+            return execute(fresh, call)
+
+    async def run_async(self, call: calls.Call[T], using: object = None) -> T:
+        if using is not None:
+            connection = await async_connection(using)
+            await self._check_async(connection)
+            return await execute_async(connection, call)
+        async with await psycopg.AsyncConnection.connect(self._url(), autocommit=True) as fresh:
+            await self._check_async(fresh)
+            return await execute_async(fresh, call)
+
+    def _check(self, connection: psycopg.Connection[Any]) -> None:
+        if not self._schema_checked:
+            check_schema(connection)  # a savepoint inside the caller's transaction
+            self._schema_checked = True
+
+    async def _check_async(self, connection: psycopg.AsyncConnection[Any]) -> None:
+        if not self._schema_checked:
+            await check_schema_async(connection)
+            self._schema_checked = True
+
+
+def _is_async(handler: Handler) -> bool:
+    # asked for every attempt: the answer never changes for one handler, so it is kept
+    try:
+        return _is_async_cached(handler)
+    except TypeError:  # an unhashable callable object
+        return _is_async_uncached(handler)
+
+
+@functools.lru_cache(maxsize=1024)
+def _is_async_cached(handler: Handler) -> bool:
+    return _is_async_uncached(handler)
+
+
+def _is_async_uncached(handler: Handler) -> bool:
+    handler = inspect.unwrap(handler)
+    if inspect.iscoroutinefunction(handler):
+        return True
+    if inspect.isfunction(handler) or inspect.ismethod(handler):
+        return False
+    return inspect.iscoroutinefunction(type(handler).__call__)  # a callable object

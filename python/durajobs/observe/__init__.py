@@ -1,0 +1,1 @@
+"""Observation: metrics, tracing, log helpers and the show-one-job document."""

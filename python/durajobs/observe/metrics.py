@@ -1,0 +1,152 @@
+"""Prometheus metrics a worker serves on a port you choose (`durajobs worker --metrics-port`).
+
+Two kinds of series:
+- this process's own, counted as it happens: jobs_total{queue,outcome} (outcome ok, failed or
+  dead; a suspension, a drain's interrupted attempt, a park, a cancel add nothing),
+  job_leases_lost_total{queue}, worker_in_flight and worker_capacity;
+- the queue's, read from the database at scrape time (one short connection, two statements):
+  queue_depth{queue} (the autoscaler's number, jobs.queue_depth), queue_oldest_ready_seconds
+  {queue} and queue_dead_jobs{queue} (jobs.queue_stats). A scrape the database cannot answer
+  leaves them out and logs why; the process series still answer.
+Each worker has its own CollectorRegistry, so two workers in one process never collide.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterator, Sequence
+from threading import Thread
+from typing import Any
+from wsgiref.simple_server import WSGIServer
+
+import psycopg
+from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from durajobs._db import calls
+from durajobs._db.execute import execute
+
+log = logging.getLogger(__name__)
+
+# what one attempt's outcome adds to jobs_total (execution.Outcome values)
+OUTCOME_LABELS = {
+    "completed": "ok",
+    "retried": "failed",
+    "dropped": "failed",
+    "dead-lettered": "dead",
+}
+
+
+class QueueCollector(Collector):
+    """Reads the queue gauges from the database when Prometheus scrapes."""
+
+    def __init__(self, database_url: str, queues: Sequence[str]) -> None:
+        self._database_url = database_url
+        self._queues = list(queues)
+
+    def collect(self) -> Iterator[Metric]:
+        depth = GaugeMetricFamily(
+            "queue_depth",
+            "Jobs running plus due, minus what draining workers hold",
+            labels=["queue"],
+        )
+        oldest = GaugeMetricFamily(
+            "queue_oldest_ready_seconds",
+            "How long the oldest ready and due job has waited past its run_at",
+            labels=["queue"],
+        )
+        dead = GaugeMetricFamily(
+            "queue_dead_jobs", "Jobs in the dead-letter state", labels=["queue"]
+        )
+        try:
+            with psycopg.connect(self._database_url, autocommit=True, connect_timeout=5) as db:
+                stats = execute(db, calls.queue_stats(self._queues))
+                depths = {
+                    row.queue: row.depth for row in execute(db, calls.queue_depth(self._queues))
+                }
+        except Exception as failure:
+            log.warning("jobs.metrics.scrape-failed", extra={"error": str(failure)})
+            return
+        for stat in stats:
+            depth.add_metric([stat.queue], float(depths.get(stat.queue, 0)))
+            age = stat.oldest_ready_age.total_seconds() if stat.oldest_ready_age else 0.0
+            oldest.add_metric([stat.queue], age)
+            dead.add_metric([stat.queue], float(stat.dead))
+        yield depth
+        yield oldest
+        yield dead
+
+
+class WorkerMetrics:
+    """The series of one worker process, and the HTTP server that exposes them."""
+
+    def __init__(
+        self,
+        database_url: str,
+        queues: Sequence[str],
+        *,
+        in_flight: Callable[[], int],
+        capacity: Callable[[], int],
+    ) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        self.jobs_total = Counter(
+            "jobs",
+            "Attempts this worker ended, by queue and outcome (ok, failed, dead)",
+            ["queue", "outcome"],
+            registry=self.registry,
+        )
+        self.leases_lost = Counter(
+            "job_leases_lost",
+            "Attempts whose lease another worker took while this one still ran them",
+            ["queue"],
+            registry=self.registry,
+        )
+        in_flight_gauge = Gauge(
+            "worker_in_flight", "Attempts this worker runs now", registry=self.registry
+        )
+        in_flight_gauge.set_function(lambda: float(in_flight()))
+        capacity_gauge = Gauge(
+            "worker_capacity", "Attempts this worker may run at once", registry=self.registry
+        )
+        capacity_gauge.set_function(lambda: float(capacity()))
+        self.registry.register(QueueCollector(database_url, queues))
+        self._counters: dict[tuple[str, str], Counter | None] = {}
+        self._server: WSGIServer | None = None
+        self._thread: Thread | None = None
+        self.port: int | None = None
+
+    def observe(self, queue: str, outcome: str) -> None:
+        """Count one attempt's outcome (an execution.Outcome value)."""
+        counter = self._counters.get((queue, outcome))
+        if counter is None:
+            counter = self._counters[queue, outcome] = self._counter_for(queue, outcome)
+        if counter is not None:
+            counter.inc()
+
+    def _counter_for(self, queue: str, outcome: str) -> Counter | None:
+        # looked up once per pair: labels() costs more than the increment, once per job
+        label = OUTCOME_LABELS.get(outcome)
+        if label is not None:
+            return self.jobs_total.labels(queue=queue, outcome=label)
+        if outcome == "lease-lost":
+            return self.leases_lost.labels(queue=queue)
+        return None
+
+    def serve(self, port: int, host: str = "0.0.0.0") -> int:
+        """Serve /metrics on host:port (0 picks a free port); answers the port bound."""
+        server, thread = start_http_server(port, addr=host, registry=self.registry)
+        self._server, self._thread = server, thread
+        self.port = int(server.server_address[1])
+        log.info("jobs.metrics.serving", extra={"host": host, "port": self.port})
+        return self.port
+
+    def close(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+
+    def sample(self, name: str, labels: dict[str, Any] | None = None) -> float | None:
+        """One sample's value, for tests and the demo."""
+        return self.registry.get_sample_value(name, labels or {})

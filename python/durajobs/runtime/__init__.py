@@ -1,0 +1,1 @@
+"""The worker runtime: the claim loop, attempts, steps, leases, acks and wake."""

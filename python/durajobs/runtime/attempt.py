@@ -1,0 +1,811 @@
+"""Execute one claimed attempt: run the body, then settle the row with one decision.
+
+The verdict is read in this order: the signal's reason (a drain interrupts, a lost lease or a
+cancel leaves the row alone, a deadline fails the attempt), then how the body ended (returned,
+suspended by a step, raised). Settling is not part of the retry decision: a settle that fails is
+logged and the lease brings the job back; it is never mistaken for a job failure.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import inspect
+import logging
+import time
+import traceback
+from collections.abc import Awaitable, Callable
+from concurrent.futures import Executor
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from enum import StrEnum
+from typing import Any, Generic, Protocol, TypeVar
+from uuid import UUID
+
+from pydantic import BaseModel
+
+from durajobs._db import calls
+from durajobs._values.durations import DeclarationInvalid
+from durajobs._values.records import ClaimedJob, EventLookup, StepRecord
+from durajobs._values.states import NackTarget, StepStatus
+from durajobs.declare.registry import Job, Registry, Settled
+from durajobs.declare.retry import ErrorClass, classify
+from durajobs.errors import (
+    Aborted,
+    Draining,
+    DurajobsError,
+    JobCancelled,
+    JobLeaseLost,
+    JobRowStatusUnknown,
+    JobTimeout,
+)
+from durajobs.runtime.acks import AckBatcher
+from durajobs.runtime.cancel import CancelSignal
+from durajobs.runtime.progress import ProgressReporter, checked
+from durajobs.runtime.steps import AsyncSteps, StepBook, StepSuspension, SyncSteps, new_book
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+I = TypeVar("I", bound=BaseModel)  # noqa: E741
+
+UNKNOWN_JOB_PARK = timedelta(seconds=30)
+ON_SETTLED_TRIES = 3
+UNWIND_GRACE_SECONDS = 0.5
+HISTORY_RETRY = timedelta(seconds=1)
+MAX_STATED_WAIT_SECONDS = 365 * 24 * 3600.0  # a NaN fails the >= test; inf lands here
+
+
+class Outcome(StrEnum):
+    COMPLETED = "completed"
+    SUSPENDED = "suspended"
+    RETRIED = "retried"
+    DEAD_LETTERED = "dead-lettered"
+    DROPPED = "dropped"
+    INTERRUPTED = "interrupted"
+    PARKED = "parked"  # a job this deploy cannot run, handed on uncounted
+    CANCELLED = "cancelled"  # an operator cancelled the row: nothing to settle
+    LEASE_LOST = "lease-lost"  # another claim owns the row: nothing to settle
+    UNOWNED = "unowned"  # the settle matched nothing
+
+
+class Database(Protocol):
+    async def run(self, call: calls.Call[T]) -> T: ...
+
+
+class Lease(Protocol):
+    def stop(self) -> None:
+        """Stop renewing: called right before the settle is sent."""
+
+
+@dataclass
+class _Context(Generic[I]):
+    input: I
+    job: str
+    job_id: UUID
+    run_id: UUID
+    queue: str
+    attempt: int
+    max_attempts: int
+    tenant_id: str | None
+    enqueued_by: str | None
+    signal: CancelSignal
+    reporter: ProgressReporter | None = field(default=None, kw_only=True, repr=False)
+
+    def progress(self, done: float, total: float | None = None, note: str | None = None) -> None:
+        """Report how far the run has got; written at most once a second, and before the settle.
+
+        Never blocks and never fails the job over a write; a bad value raises ArgumentInvalid.
+        """
+        if self.reporter is None:
+            checked(done, total, note)  # a body driven by hand still learns of a bad value
+            return
+        self.reporter.report(done, total, note)
+
+    @property
+    def final_attempt(self) -> bool:
+        return self.attempt >= self.max_attempts
+
+    @property
+    def cancelled(self) -> bool:
+        """True once the attempt is cancelled: stop and return or raise."""
+        return self.signal.is_set
+
+
+@dataclass
+class JobContext(_Context[I]):
+    """What an `async def` handler receives: `await ctx.step.run(...)`."""
+
+    step: AsyncSteps = field(kw_only=True)
+
+
+@dataclass
+class SyncJobContext(_Context[I]):
+    """What a plain `def` handler receives (it runs in a thread): `ctx.step.run(...)`."""
+
+    step: SyncSteps = field(kw_only=True)
+
+
+@dataclass
+class JobExecution:
+    """What one attempt produced."""
+
+    outcome: Outcome
+    job_id: UUID
+    name: str
+    attempt: int
+    duration: timedelta
+    resume_at: datetime | None = None
+    error: str | None = None
+    code: str | None = None
+    stop_reason: str | None = None
+    steps: list[str] = field(default_factory=list)
+    replayed: list[str] = field(default_factory=list)
+    result: Any = None
+
+
+class _Writer:
+    """The step writer for one attempt: fenced in process (the signal) and in SQL (the claim)."""
+
+    def __init__(
+        self, db: Database, claimed: ClaimedJob, worker_id: str, signal: CancelSignal
+    ) -> None:
+        self._db, self._claimed, self._worker_id, self._signal = db, claimed, worker_id, signal
+
+    async def record_step(
+        self, name: str, status: StepStatus, *, output: Any = None, wake_at: datetime | None = None
+    ) -> StepRecord:
+        self._signal.raise_if_set()
+        return await self._db.run(
+            calls.record_step(
+                self._claimed.id,
+                self._worker_id,
+                self._claimed.claim,
+                name,
+                status,
+                output=output,
+                wake_at=wake_at,
+            )
+        )
+
+    async def find_event(self, event: str, match: str | None, after: datetime) -> EventLookup:
+        return await self._db.run(calls.find_event(event, correlation_key=match, after=after))
+
+
+def _error_text(error: BaseException) -> str:
+    return str(error) if isinstance(error, DurajobsError) else f"{type(error).__name__}: {error}"
+
+
+def _retry_after(error: BaseException) -> timedelta | None:
+    """The wait an error states (seconds or a timedelta); anything enormous is capped, since
+    the policy's max_delay clamps it anyway."""
+    stated = getattr(error, "retry_after", None)
+    if isinstance(stated, timedelta):
+        return stated if stated >= timedelta(0) else None
+    if isinstance(stated, int | float) and not isinstance(stated, bool) and stated >= 0:
+        return timedelta(seconds=min(float(stated), MAX_STATED_WAIT_SECONDS))
+    return None
+
+
+async def run_attempt(
+    claimed: ClaimedJob,
+    registry: Registry,
+    *,
+    db: Database,
+    worker_id: str,
+    signal: CancelSignal,
+    lease: Lease,
+    on_abandoned: Callable[[JobExecution], None] | None = None,
+    executor: Executor | None = None,
+    on_lingering: Callable[[asyncio.Future[Any]], None] | None = None,
+    acks: AckBatcher | None = None,
+    on_body_done: Callable[[], None] | None = None,
+) -> JobExecution:
+    """Run one claimed attempt and settle it; never raises for anything the job did.
+
+    A plain `def` handler runs on `executor` (the loop's default when None).
+    """
+    attempt = Attempt(
+        claimed,
+        registry,
+        db=db,
+        worker_id=worker_id,
+        signal=signal,
+        lease=lease,
+        acks=acks,
+        on_abandoned=on_abandoned,
+    )
+    return await attempt.run(
+        executor=executor, on_lingering=on_lingering, on_body_done=on_body_done
+    )
+
+
+@dataclass(slots=True)
+class BodyEnding:
+    """How a body ended, as the verdict reads it."""
+
+    result: Any = None
+    error: BaseException | None = None
+    suspension: StepSuspension | None = None
+
+
+class Body:
+    """A started handler: its future, and how to wait for it under the attempt's signal."""
+
+    def __init__(
+        self,
+        job: Job[Any],
+        signal: CancelSignal,
+        future: asyncio.Future[Any] | None,
+        *,
+        refused: BaseException | None = None,
+        on_late: Callable[[], None],
+    ) -> None:
+        self.job, self.signal, self.future = job, signal, future
+        self._refused = refused  # the body never started (its input did not parse)
+        self._on_late = on_late
+
+    def ended_cleanly(self) -> bool:
+        """The body returned a plain value and nothing stopped it: the common case."""
+        future = self.future
+        return (
+            future is not None
+            and future.done()
+            and not future.cancelled()
+            and future.exception() is None
+            and self.signal.reason is None
+            and not inspect.isawaitable(future.result())
+        )
+
+    async def ending(
+        self, on_lingering: Callable[[asyncio.Future[Any]], None] | None = None
+    ) -> BodyEnding:
+        try:
+            return BodyEnding(result=await self._wait(on_lingering))
+        except StepSuspension as parked:
+            return BodyEnding(suspension=parked)
+        except Exception as failure:
+            return BodyEnding(error=failure)
+
+    async def _wait(self, on_lingering: Callable[[asyncio.Future[Any]], None] | None) -> Any:
+        """Wait until the body ends or the signal is set.
+
+        After a drain the body is waited for (the worker's drain deadline bounds it): settling
+        it first would let another worker run a second copy. After a deadline, a lost lease or
+        a cancel, it gets a short grace to unwind, then the attempt ends without it; durable
+        writes it makes later are refused by the signal and the claim fence. A plain def body
+        that keeps running is handed to `on_lingering`, so its worker keeps the slot (and the
+        thread) counted.
+        """
+        if self._refused is not None:
+            raise self._refused
+        task, signal, job = self.future, self.signal, self.job
+        assert task is not None
+        if not task.done() and signal.reason is None:
+            loop = asyncio.get_running_loop()
+            # one future for "the body ended or the signal was set": cheaper than asyncio.wait
+            ended_or_stopped: asyncio.Future[None] = loop.create_future()
+            task.add_done_callback(lambda _task: _resolve(ended_or_stopped))
+            signal.on_cancel(lambda _reason: loop.call_soon_threadsafe(_resolve, ended_or_stopped))
+            await ended_or_stopped
+        if not task.done():
+            grace = None if isinstance(signal.reason, Draining) else UNWIND_GRACE_SECONDS
+            await asyncio.wait({task}, timeout=grace)
+        if not task.done():
+            task.add_done_callback(lambda _task: self._on_late())
+            if on_lingering is not None and not job.is_async:
+                on_lingering(task)
+            raise Aborted("the attempt was cancelled and its body has not stopped", detail={})
+        try:
+            result = task.result()
+        except asyncio.CancelledError:
+            raise Aborted("the attempt was cancelled", detail={}) from None
+        if inspect.isawaitable(result):
+            # a plain def handed back a coroutine: running it here would run its sync steps on
+            # the loop they need; the declaration must say async def (functools.wraps on a
+            # wrapper)
+            if inspect.iscoroutine(result):
+                result.close()
+            raise DeclarationInvalid(
+                f"job {job.name}: the handler is a plain def that returned a coroutine; declare "
+                "it `async def`, or wrap it with functools.wraps",
+                detail={"job": job.name},
+            )
+        return result
+
+
+class Attempt:
+    """One claimed attempt: start its body, then settle the row with one verdict.
+
+    `run()` is the whole of it. A worker may instead `start()` the body itself and, when the
+    body ended cleanly, `settle_soon()` from a callback: no task of its own for the common case.
+    """
+
+    def __init__(
+        self,
+        claimed: ClaimedJob,
+        registry: Registry,
+        *,
+        db: Database,
+        worker_id: str,
+        signal: CancelSignal,
+        lease: Lease,
+        acks: AckBatcher | None = None,
+        on_abandoned: Callable[[JobExecution], None] | None = None,
+    ) -> None:
+        self.began = time.monotonic()
+        self.claimed = claimed
+        self.job = registry.get(claimed.name)
+        self.signal = signal
+        self.lease = lease
+        self._db = db
+        self._worker_id = worker_id
+        self._on_abandoned = on_abandoned
+        self.reporter = ProgressReporter(db, claimed, worker_id, asyncio.get_running_loop())
+        self._settler = _Settler(db, lease, claimed, worker_id, self.reporter, acks)
+        self._book: StepBook | None = None
+        self._deadline: asyncio.TimerHandle | None = None
+
+    @property
+    def startable_now(self) -> bool:
+        """A known job whose run has no stored step: its body needs no read before it starts."""
+        return self.job is not None and not self.claimed.has_steps
+
+    def finish(self, outcome: Outcome, **fields: Any) -> JobExecution:
+        if self._book is not None:
+            fields.setdefault("steps", self._book.ran)
+            fields.setdefault("replayed", self._book.replayed)
+        claimed = self.claimed
+        return JobExecution(
+            outcome=outcome,
+            job_id=claimed.id,
+            name=claimed.name,
+            attempt=claimed.attempt,
+            duration=timedelta(seconds=time.monotonic() - self.began),
+            **fields,
+        )
+
+    async def run(
+        self,
+        *,
+        executor: Executor | None = None,
+        on_lingering: Callable[[asyncio.Future[Any]], None] | None = None,
+        on_body_done: Callable[[], None] | None = None,
+    ) -> JobExecution:
+        claimed, job, settler = self.claimed, self.job, self._settler
+        if job is None:
+            park_reason = f'no job registered as "{claimed.name}"'
+            await settler.nack(
+                next_state=NackTarget.SUSPENDED,
+                delay=UNKNOWN_JOB_PARK,
+                counts_as_attempt=False,
+                error=park_reason,
+            )
+            log.warning(
+                "jobs.worker.unknown-job", extra={"job": claimed.name, "id": str(claimed.id)}
+            )
+            return self.finish(Outcome.PARKED, error=park_reason)
+        try:
+            # the claim said whether the run has a history: most first attempts skip the read
+            history = await self._db.run(calls.steps(claimed.run_id)) if claimed.has_steps else []
+        except JobRowStatusUnknown as unknown:
+            # written by a newer deploy: hand the run on, uncounted, rather than re-run a step
+            await settler.nack(
+                next_state=NackTarget.SUSPENDED,
+                delay=UNKNOWN_JOB_PARK,
+                counts_as_attempt=False,
+                error=str(unknown),
+                error_code=unknown.code,
+            )
+            log.error(
+                "jobs.step.status-unknown", extra={"job": claimed.name, "detail": unknown.detail}
+            )
+            return self.finish(Outcome.PARKED, error=str(unknown), code=unknown.code)
+        except Exception as failure:
+            # the history could not be read (a pool timeout, a dropped connection): hand the run
+            # back uncounted rather than let its lease lapse into a counted, maybe final, attempt
+            await settler.nack(
+                next_state=NackTarget.READY, delay=HISTORY_RETRY, counts_as_attempt=False
+            )
+            log.error(
+                "jobs.step.history-failed", extra={"job": claimed.name, "error": str(failure)}
+            )
+            return self.finish(Outcome.INTERRUPTED, error=_error_text(failure))
+        body = self.start({r.name: r for r in history}, executor=executor, on_done=on_body_done)
+        return await self.conclude(await body.ending(on_lingering))
+
+    def start(
+        self,
+        records: dict[str, StepRecord],
+        *,
+        executor: Executor | None = None,
+        on_done: Callable[[], None] | None = None,
+    ) -> Body:
+        """Start the body (a task, or a thread for a plain def); `on_done` when it has ended
+        (a coroutine finished, or a plain def's thread returned), whatever happens after."""
+        claimed, job, signal = self.claimed, self.job, self.signal
+        assert job is not None, "start() needs a registered job"
+        loop = asyncio.get_running_loop()
+        book = self._book = new_book(
+            records,
+            _Writer(self._db, claimed, self._worker_id, signal),
+            signal,
+            job.step_timeout,
+            job.event_poll,
+        )
+        if job.timeout is not None:
+            limit = job.timeout
+            self._deadline = loop.call_later(
+                limit.total_seconds(),
+                lambda: signal.cancel(
+                    JobTimeout(f"job {claimed.name} ran past its timeout of {limit}")
+                ),
+            )
+        try:
+            if signal.reason is not None:
+                # cancelled before the body began (a drain during the history read): a plain
+                # def would run to its end only for its result to be thrown away and run again
+                task: asyncio.Future[Any] = loop.create_future()
+                task.cancel()
+            else:
+                task = self._launch(job, book, loop, executor)
+        except Exception as refused:
+            # the input did not parse, or calling the handler raised before its body ran (a
+            # handler that takes no ctx): an ordinary failure of the attempt, decided as such
+            if on_done is not None:
+                on_done()
+            return Body(job, signal, None, refused=refused, on_late=self._late)
+        if job.is_async:
+            # a thread cannot be cancelled: a plain def body reads the signal itself
+            signal.on_cancel(lambda _reason: loop.call_soon_threadsafe(task.cancel))
+        if on_done is not None:
+            task.add_done_callback(lambda _task: on_done())
+        return Body(job, signal, task, on_late=self._late)
+
+    def _launch(
+        self,
+        job: Job[Any],
+        book: StepBook,
+        loop: asyncio.AbstractEventLoop,
+        executor: Executor | None,
+    ) -> asyncio.Future[Any]:
+        """Parse the input, build the context and start the body: a task, or a thread."""
+        claimed = self.claimed
+        model = job.parse(claimed.input)
+        fields: dict[str, Any] = {
+            "input": model,
+            "job": claimed.name,
+            "job_id": claimed.id,
+            "run_id": claimed.run_id,
+            "queue": claimed.queue,
+            "attempt": claimed.attempt,
+            "max_attempts": claimed.max_attempts,
+            "tenant_id": claimed.tenant_id,
+            "enqueued_by": claimed.enqueued_by,
+            "signal": self.signal,
+            "reporter": self.reporter,
+        }
+        if job.is_async:
+            started: asyncio.Future[Any] = asyncio.ensure_future(
+                job.handler(JobContext(**fields, step=AsyncSteps(book)))
+            )
+            return started
+        context = SyncJobContext(**fields, step=SyncSteps(book, loop))
+        # the thread runs in a copy of this context, so the attempt's span is its parent too
+        body = contextvars.copy_context().run
+        threaded: asyncio.Future[Any] = loop.run_in_executor(executor, body, job.handler, context)
+        return threaded
+
+    def settle_soon(self, body: Body, on_finished: Callable[[JobExecution], None]) -> bool:
+        """Ack a body that ended cleanly from a callback, with no task of its own; `on_finished`
+        gets the execution once the ack has been answered.
+
+        Answers False (nothing done) when the verdict needs `conclude()` instead: the body did
+        not end cleanly, a progress report is still to be written, an on_settled hook is to be
+        called, or acks are not batched.
+        """
+        job = self.job
+        if (
+            job is None
+            or job.on_settled is not None
+            or not self.reporter.idle
+            or not self._settler.batched
+            or not body.ended_cleanly()
+        ):
+            return False
+        self._stop_deadline()
+        assert body.future is not None
+        result = body.future.result()
+
+        def answered(landed: bool) -> None:
+            on_finished(
+                self.finish(Outcome.COMPLETED if landed else Outcome.UNOWNED, result=result)
+            )
+
+        self._settler.ack_soon(answered)
+        return True
+
+    async def conclude(self, ending: BodyEnding) -> JobExecution:
+        """Read the verdict off the signal, then off how the body ended, and settle the row."""
+        self._stop_deadline()
+        claimed, signal, lease, settler = self.claimed, self.signal, self.lease, self._settler
+        job = self.job
+        assert job is not None
+        error, suspension = ending.error, ending.suspension
+        if isinstance(error, JobCancelled | JobLeaseLost) and signal.reason is None:
+            # a step write met the fence before the heartbeat did: the same verdict
+            lease.stop()
+            if isinstance(error, JobLeaseLost):
+                log.error(
+                    "jobs.lease.lost",
+                    extra={"job": claimed.name, "id": str(claimed.id), "reason": "fenced"},
+                )
+            signal.cancel(error)
+        reason = signal.reason
+        # under a drain the verdict is the signal's, whatever the body did on its way out
+        # (returned early or raised): handed back uncounted. A run parked by a step stays parked.
+        if isinstance(reason, Draining) and suspension is None:
+            landed = await settler.nack(next_state=NackTarget.READY, counts_as_attempt=False)
+            log.info("jobs.attempt.interrupted", extra={"job": claimed.name, "id": str(claimed.id)})
+            return self.finish(Outcome.INTERRUPTED if landed else Outcome.UNOWNED)
+        if isinstance(reason, JobCancelled | JobLeaseLost):
+            self.reporter.close()  # the attempt no longer owns the row: nothing more to report
+        if isinstance(reason, JobCancelled):
+            lease.stop()
+            log.info("jobs.attempt.cancelled", extra={"job": claimed.name, "id": str(claimed.id)})
+            return self.finish(Outcome.CANCELLED)
+        if isinstance(reason, JobLeaseLost):
+            lease.stop()
+            return self.finish(Outcome.LEASE_LOST, error=str(reason), code=reason.code)
+        if isinstance(reason, JobTimeout):
+            error = reason  # the deadline fails the attempt, whatever the body said on its way out
+        elif isinstance(error, Aborted) and reason is not None:
+            error = reason
+
+        if suspension is not None and error is None:
+            if suspension.wake_at is not None:
+                # a sleep: due at its recorded wake time, measured now, as the nack is sent
+                delay = max(suspension.wake_at - datetime.now(UTC), timedelta(0))
+            else:
+                delay = suspension.delay  # a wait: measured on the database's clock
+            landed = await settler.nack(
+                next_state=NackTarget.SUSPENDED, delay=delay, counts_as_attempt=False
+            )
+            return self.finish(
+                Outcome.SUSPENDED if landed else Outcome.UNOWNED,
+                # no earlier than the row is due in the database (the nack started its delay)
+                resume_at=suspension.wake_at or datetime.now(UTC) + delay,
+            )
+
+        if error is None:
+            landed = await settler.ack()
+            execution = self.finish(
+                Outcome.COMPLETED if landed else Outcome.UNOWNED, result=ending.result
+            )
+            if landed:
+                await _on_settled(job, claimed, execution)
+            return execution
+
+        return await _fail(job, claimed, error, settler=settler, finish=self.finish)
+
+    def _stop_deadline(self) -> None:
+        if self._deadline is not None:
+            self._deadline.cancel()
+            self._deadline = None
+
+    def _late(self) -> None:
+        claimed = self.claimed
+        log.warning(
+            "jobs.timeout.abandoned",
+            extra={"job": claimed.name, "id": str(claimed.id), "attempt": claimed.attempt},
+        )
+        if self._on_abandoned is not None:
+            self._on_abandoned(
+                self.finish(Outcome.UNOWNED, error="the body finished after its attempt ended")
+            )
+
+
+def _resolve(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
+
+
+async def _fail(
+    job: Job[Any],
+    claimed: ClaimedJob,
+    error: BaseException,
+    *,
+    settler: _Settler,
+    finish: Callable[..., JobExecution],
+) -> JobExecution:
+    code = getattr(error, "code", None)
+    code = code if isinstance(code, str) else None
+    error_class = classify(code)
+    text = _error_text(error)
+    stack = "".join(traceback.format_exception(error))
+    if error_class is ErrorClass.TERMINAL or claimed.attempt >= claimed.max_attempts:
+        stop = "terminal" if error_class is ErrorClass.TERMINAL else "attempts-exhausted"
+        dead_letter = job.retry.dead_letter
+        verdict = (
+            f"terminal code {code}"
+            if stop == "terminal"
+            else f"X_JOB_MAX_ATTEMPTS: {claimed.attempt} of {claimed.max_attempts} attempts spent"
+        )
+        landed = await settler.nack(
+            next_state=NackTarget.DEAD if dead_letter else NackTarget.FAILED,
+            error=f"{text} [{'dead-lettered' if dead_letter else 'dropped'}: {verdict}]",
+            error_code=code,
+            error_stack=stack,
+        )
+        outcome = Outcome.DEAD_LETTERED if dead_letter else Outcome.DROPPED
+        log.error(
+            "jobs.attempt.failed",
+            extra={
+                "job": claimed.name,
+                "id": str(claimed.id),
+                "attempt": claimed.attempt,
+                "code": code,
+                "stop": stop,
+                "error": text,
+            },
+        )
+        execution = finish(
+            outcome if landed else Outcome.UNOWNED,
+            error=text,
+            code=code,
+            stop_reason=stop,
+        )
+        if landed:
+            await _on_settled(job, claimed, execution)
+        return execution
+
+    stated = _retry_after(error) if error_class is ErrorClass.RETRY_AFTER else None
+    delay = job.retry.delay_after(claimed.attempt, retry_after=stated)
+    landed = await settler.nack(
+        next_state=NackTarget.READY,
+        delay=delay,
+        error=text,
+        error_code=code,
+        error_stack=stack,
+    )
+    log.warning(
+        "jobs.attempt.failed",
+        extra={
+            "job": claimed.name,
+            "id": str(claimed.id),
+            "attempt": claimed.attempt,
+            "code": code,
+            "retry_in": delay.total_seconds(),
+            "error": text,
+        },
+    )
+    return finish(
+        Outcome.RETRIED if landed else Outcome.UNOWNED,
+        error=text,
+        code=code,
+        resume_at=datetime.now(UTC) + delay,
+    )
+
+
+@dataclass
+class _Settler:
+    """Sends the one settle of an attempt, fenced on its claim."""
+
+    db: Database
+    lease: Lease
+    claimed: ClaimedJob
+    worker_id: str
+    progress: ProgressReporter | None = None
+    acks: AckBatcher | None = None
+
+    async def ack(self) -> bool:
+        claimed = self.claimed
+        if self.acks is not None:
+            return await self._settle(self.acks.ack(claimed.id, claimed.claim))
+        return await self._settle(self.db.run(calls.ack(claimed.id, self.worker_id, claimed.claim)))
+
+    @property
+    def batched(self) -> bool:
+        return self.acks is not None
+
+    def ack_soon(self, on_answer: Callable[[bool], None]) -> None:
+        """Queue the ack on the batcher; `on_answer(landed)` when it is answered. For a body
+        that ended cleanly with no progress report left to write."""
+        assert self.acks is not None
+        claimed = self.claimed
+        if self.progress is not None:
+            self.progress.close()  # idle: nothing pending, so closing drops nothing
+        self.lease.stop()
+        sending = self.acks.ack_soon(claimed.id, claimed.claim)
+        sending.add_done_callback(lambda answer: on_answer(self._answered(answer)))
+
+    def _answered(self, answer: asyncio.Future[bool]) -> bool:
+        if answer.cancelled():
+            return False
+        failure = answer.exception()
+        if failure is not None:
+            self._log_failure(failure)
+            return False
+        return self._landed(answer.result())
+
+    def _log_failure(self, failure: BaseException) -> None:
+        claimed = self.claimed
+        log.error(
+            "jobs.settle.failed",
+            extra={"job": claimed.name, "id": str(claimed.id), "error": _error_text(failure)},
+        )
+
+    def _landed(self, landed: object) -> bool:
+        if landed is False:
+            claimed = self.claimed
+            log.warning("jobs.settle.unowned", extra={"job": claimed.name, "id": str(claimed.id)})
+        return bool(landed)
+
+    async def nack(self, **options: Any) -> bool:
+        claimed = self.claimed
+        call = calls.nack(claimed.id, self.worker_id, claimed.claim, **options)
+        return await self._settle(self.db.run(call))
+
+    async def _settle(self, sending: Awaitable[bool]) -> bool:
+        """Send the one settle of this attempt; a miss or a failure is logged, never raised.
+
+        `sending` is not started until the last progress report has landed and the lease keeper
+        has stopped (a renewal racing the settle is not a loss).
+        """
+        try:
+            if self.progress is not None:
+                await self.progress.flush()  # the last report lands before the row leaves running
+            self.lease.stop()
+            landed = await sending
+        except Exception as failure:
+            if inspect.iscoroutine(sending):
+                sending.close()  # never started if the failure came first: no stray warning
+            self._log_failure(failure)
+            return False
+        return self._landed(landed)
+
+
+async def _on_settled(job: Job[Any], claimed: ClaimedJob, execution: JobExecution) -> None:
+    await notify_settled(
+        job,
+        Settled(
+            job=job.name,
+            job_id=claimed.id,
+            run_id=claimed.run_id,
+            outcome=str(execution.outcome),
+            attempt=claimed.attempt,
+            error=execution.error,
+            code=execution.code,
+            input=claimed.input,
+            result=execution.result,
+        ),
+    )
+
+
+async def notify_settled(job: Job[Any], settled: Settled) -> None:
+    """Call the job's on_settled once for this ending, up to 3 tries; it never changes the row.
+
+    A plain `def` hook runs in a thread, so a slow one never stalls the worker's loop.
+    """
+    if job.on_settled is None:
+        return
+    hook = job.on_settled
+    for attempt in range(1, ON_SETTLED_TRIES + 1):
+        try:
+            if inspect.iscoroutinefunction(hook):
+                await hook(settled)
+            else:
+                answer = await asyncio.to_thread(hook, settled)
+                if inspect.isawaitable(answer):
+                    await answer
+            return
+        except Exception as failure:
+            log.error(
+                "jobs.on-settled.failed",
+                extra={
+                    "job": job.name,
+                    "id": str(settled.job_id),
+                    "try": attempt,
+                    "error": _error_text(failure),
+                },
+            )

@@ -1,0 +1,416 @@
+"""Durable steps: a step's result is stored before the run goes on, and replayed from storage.
+
+`step.run(name, fn)` runs `fn` once ever per run; `step.sleep(...)` parks the run until a wake
+time without holding a process. Async handlers get `AsyncSteps`; plain `def` handlers, which run
+in a thread, get `SyncSteps`, whose writes cross to the worker's event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import json
+import threading
+from collections.abc import Awaitable, Callable, Coroutine
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any, Protocol, TypeVar, overload
+
+from durajobs._values.durations import Duration, parse_duration
+from durajobs._values.records import EventLookup, StepRecord
+from durajobs._values.states import StepStatus
+from durajobs.declare.registry import DEFAULT_EVENT_POLL
+from durajobs.errors import Aborted, ArgumentInvalid, JobTimeout, StepDuplicate, StepOutputInvalid
+from durajobs.runtime.cancel import CancelSignal
+
+T = TypeVar("T")
+
+
+class StepSuspension(BaseException):
+    """Raised by step.sleep and step.wait_for_event to park the run; a BaseException so that
+    `except Exception` lets it by. `delay` is how long the run parks, measured on the clock that
+    set it (the database's, for a wait), so no process's skew changes it."""
+
+    def __init__(self, delay: timedelta, step: str, wake_at: datetime | None = None) -> None:
+        super().__init__(f"run suspended by step {step!r} for {delay}")
+        self.delay = max(delay, timedelta(0))
+        self.step = step
+        self.wake_at = wake_at  # a sleep's recorded wake time, when there is one
+
+
+class StepWriter(Protocol):
+    """Stores a step's outcome for the attempt, fenced on its claim, and reads the event bus."""
+
+    async def record_step(
+        self, name: str, status: StepStatus, *, output: Any = None, wake_at: datetime | None = None
+    ) -> StepRecord: ...
+
+    async def find_event(self, event: str, match: str | None, after: datetime) -> EventLookup: ...
+
+
+@dataclass
+class _Replay:
+    output: Any
+
+
+class StepBook:
+    """What both step APIs share: the stored records, the names used, the write fence."""
+
+    def __init__(
+        self,
+        records: dict[str, StepRecord],
+        writer: StepWriter,
+        signal: CancelSignal,
+        step_timeout: timedelta | None,
+        event_poll: timedelta = DEFAULT_EVENT_POLL,
+    ) -> None:
+        self.event_poll = event_poll
+        self.records = records
+        self.writer = writer
+        self.signal = signal
+        self.step_timeout = step_timeout
+        self.used: set[str] = set()
+        self.ran: list[str] = []
+        self.replayed: list[str] = []
+        self._sleeps = 0
+
+    def begin(self, name: str) -> _Replay | None:
+        if not isinstance(name, str) or not name:
+            raise ArgumentInvalid("a step needs a non-empty name", detail={"step": name})
+        if name in self.used:
+            raise StepDuplicate(
+                f"step {name!r} is used twice in one run; each step needs its own name",
+                detail={"step": name},
+            )
+        self.used.add(name)
+        stored = self.records.get(name)
+        if stored is not None and stored.status is StepStatus.COMPLETED:
+            self.replayed.append(name)
+            return _Replay(stored.output)
+        return None
+
+    def stored_form(self, name: str, output: Any) -> Any:
+        """Answer `output` as a replay will read it back (a tuple becomes a list), or raise
+        X_STEP_OUTPUT_INVALID: the first run and every replay see the same value."""
+        try:
+            return json.loads(json.dumps(output, allow_nan=False))
+        except (TypeError, ValueError) as invalid:
+            raise StepOutputInvalid(
+                f"step {name!r} returned {type(output).__name__}, which is not JSON: {invalid}",
+                detail={"step": name, "type": type(output).__name__},
+            ) from None
+
+    def sleep_name(
+        self, name_or_duration: str | Duration, duration: Duration | None
+    ) -> tuple[str, timedelta]:
+        if duration is None:
+            # the name derives from the duration and the order of sleeps in the run
+            self._sleeps += 1
+            return f"sleep:{name_or_duration}#{self._sleeps}", parse_duration(
+                name_or_duration, field="step.sleep duration"
+            )
+        return str(name_or_duration), parse_duration(duration, field="step.sleep duration")
+
+    def step_signal(self) -> tuple[CancelSignal, threading.Timer | None]:
+        """A signal for one step: set when the run's is, or when step_timeout passes."""
+        signal = CancelSignal()
+        self.signal.on_cancel(signal.cancel)
+        timer = None
+        if self.step_timeout is not None:
+            limit = self.step_timeout
+            timer = threading.Timer(
+                limit.total_seconds(),
+                lambda: signal.cancel(JobTimeout(f"a step ran past its step_timeout of {limit}")),
+            )
+            timer.daemon = True
+            timer.start()
+        return signal, timer
+
+    def timed_out(self, name: str, signal: CancelSignal) -> JobTimeout | None:
+        if isinstance(signal.reason, JobTimeout) and not self.signal.is_set:
+            return JobTimeout(
+                f"step {name!r} ran past its step_timeout of {self.step_timeout}",
+                detail={"step": name},
+            )
+        return None
+
+
+def _takes_signal(fn: Callable[..., Any]) -> bool:
+    """True when `fn` has a required positional parameter: the step's CancelSignal goes there.
+
+    `lambda item=item: ...` (a captured loop variable) has none and is called with nothing.
+    """
+    try:
+        parameters = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    return any(
+        p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and p.default is p.empty
+        for p in parameters
+    )
+
+
+class AsyncSteps:
+    """Steps for `async def` handlers."""
+
+    def __init__(self, book: StepBook) -> None:
+        self._book = book
+
+    @overload
+    async def run(self, name: str, fn: Callable[..., Awaitable[T]]) -> T: ...
+
+    @overload
+    async def run(self, name: str, fn: Callable[..., T]) -> T: ...
+
+    async def run(self, name: str, fn: Callable[..., Any]) -> Any:
+        """Run `fn` once ever for this run and store its result; replay it on later attempts.
+
+        `fn` may be sync or async and may take one argument, the step's CancelSignal.
+        Raises X_STEP_DUPLICATE, X_STEP_OUTPUT_INVALID, X_JOB_TIMEOUT, X_ABORTED.
+        """
+        replay = self._book.begin(name)
+        if replay is not None:
+            return replay.output
+        self._book.signal.raise_if_set()
+        signal, timer = self._book.step_signal()
+        try:
+            arguments = (signal,) if _takes_signal(fn) else ()
+            if inspect.iscoroutinefunction(fn):
+                try:
+                    output = await _until_cancelled(fn(*arguments), signal)
+                except Aborted:
+                    # the step's own ceiling cancelled it: that is a timeout naming the step
+                    raise self._book.timed_out(name, signal) or _aborted(signal) from None
+            else:
+                output = await _thread_outliving_cancel(fn, *arguments)
+                if inspect.isawaitable(output):
+                    # `lambda: fetch()` hands back the coroutine of an async function
+                    try:
+                        output = await _until_cancelled(output, signal)
+                    except Aborted:
+                        raise self._book.timed_out(name, signal) or _aborted(signal) from None
+                if signal.is_set:
+                    raise self._book.timed_out(name, signal) or _aborted(self._book.signal)
+        finally:
+            if timer is not None:
+                timer.cancel()
+        timeout = self._book.timed_out(name, signal)
+        if timeout is not None:
+            raise timeout
+        output = self._book.stored_form(name, output)
+        self._book.signal.raise_if_set()
+        await self._book.writer.record_step(name, StepStatus.COMPLETED, output=output)
+        self._book.ran.append(name)
+        return output
+
+    async def sleep(
+        self, name_or_duration: str | Duration, duration: Duration | None = None
+    ) -> None:
+        """Park the run until the wake time; the attempt is not counted and no process waits.
+
+        `sleep('1d')` derives the step name; `sleep('wait-for-approval', '1d')` names it.
+        """
+        name, length = self._book.sleep_name(name_or_duration, duration)
+        wake_at = await _sleep_step(self._book, name, length)
+        if wake_at is not None:
+            raise StepSuspension(wake_at - datetime.now(UTC), name, wake_at)
+
+    async def wait_for_event(
+        self,
+        name: str,
+        event: str,
+        *,
+        match: str | None = None,
+        timeout: Duration | None = None,
+        required: bool = True,
+    ) -> Any:
+        """Park the run until an event named `event` (with correlation key `match`, if given) is
+        published after the wait began; answer its payload. Past `timeout`, a required wait
+        fails with X_JOB_TIMEOUT naming the step; an optional one answers None.
+        The run re-polls every `event_poll` (declared on the job), and a publish wakes it at once.
+        """
+        limit = None if timeout is None else parse_duration(timeout, field="timeout")
+        done, answer = await _wait_step(self._book, name, event, match, limit, required)
+        if not done:
+            raise answer
+        return answer
+
+
+class SyncSteps:
+    """Steps for plain `def` handlers, which run in a worker thread."""
+
+    def __init__(self, book: StepBook, loop: asyncio.AbstractEventLoop) -> None:
+        self._book = book
+        self._loop = loop
+
+    def _on_loop(self, coroutine: Coroutine[Any, Any, T]) -> T:
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is self._loop:
+            # blocking here would freeze the loop that must run the write: refuse instead
+            coroutine.close()
+            raise ArgumentInvalid(
+                "the step API of a plain def handler was called on the event loop; declare the "
+                "handler `async def` (a wrapper needs functools.wraps)",
+                detail={},
+            )
+        return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result()
+
+    def run(self, name: str, fn: Callable[..., T]) -> T:
+        """Run `fn` once ever for this run and store its result; replay it on later attempts."""
+        replay = self._book.begin(name)
+        if replay is not None:
+            return replay.output  # type: ignore[no-any-return]
+        self._book.signal.raise_if_set()
+        signal, timer = self._book.step_signal()
+        try:
+            output = fn(signal) if _takes_signal(fn) else fn()
+            if inspect.isawaitable(output):
+                output = self._on_loop(_until_cancelled(output, signal))
+        finally:
+            if timer is not None:
+                timer.cancel()
+        timeout = self._book.timed_out(name, signal)
+        if timeout is not None:
+            raise timeout
+        output = self._book.stored_form(name, output)
+        self._book.signal.raise_if_set()
+        self._on_loop(self._book.writer.record_step(name, StepStatus.COMPLETED, output=output))
+        self._book.ran.append(name)
+        return output
+
+    def wait_for_event(
+        self,
+        name: str,
+        event: str,
+        *,
+        match: str | None = None,
+        timeout: Duration | None = None,
+        required: bool = True,
+    ) -> Any:
+        """Park the run until a matching event is published (see AsyncSteps.wait_for_event)."""
+        limit = None if timeout is None else parse_duration(timeout, field="timeout")
+        done, answer = self._on_loop(_wait_step(self._book, name, event, match, limit, required))
+        if not done:
+            raise answer
+        return answer
+
+    def sleep(self, name_or_duration: str | Duration, duration: Duration | None = None) -> None:
+        """Park the run until the wake time (see AsyncSteps.sleep)."""
+        name, length = self._book.sleep_name(name_or_duration, duration)
+        wake_at = self._on_loop(_sleep_step(self._book, name, length))
+        if wake_at is not None:
+            raise StepSuspension(wake_at - datetime.now(UTC), name, wake_at)
+
+
+async def _wait_step(
+    book: StepBook,
+    name: str,
+    event: str,
+    match: str | None,
+    timeout: timedelta | None,
+    required: bool,
+) -> tuple[bool, Any]:
+    """Answer (True, payload) when the wait is over, or (False, the StepSuspension to raise)."""
+    replay = book.begin(name)
+    if replay is not None:
+        return True, replay.output
+    book.signal.raise_if_set()
+    stored = book.records.get(name)
+    if stored is not None and stored.status is StepStatus.WAITING:
+        began = stored.started_at
+    else:
+        waiting = await book.writer.record_step(
+            name, StepStatus.WAITING, output={"event": event, "match": match}
+        )
+        began = waiting.started_at  # the database's clock: the one a publish is stamped with
+    lookup = await book.writer.find_event(event, match, began)
+    if lookup.found:
+        await book.writer.record_step(name, StepStatus.COMPLETED, output=lookup.payload)
+        book.ran.append(name)
+        return True, lookup.payload
+    if timeout is not None and lookup.now >= began + timeout:
+        if required:
+            raise JobTimeout(
+                f"step {name!r} waited {timeout} for event {event!r} and none came",
+                detail={"step": name, "event": event, "match": match},
+            )
+        await book.writer.record_step(name, StepStatus.COMPLETED, output=None)
+        book.ran.append(name)
+        return True, None
+    wake = lookup.now + book.event_poll
+    if timeout is not None:
+        wake = min(wake, began + timeout)
+    # the delay on the database's clock, carried over to this process's clock
+    return False, StepSuspension(wake - lookup.now, name)
+
+
+async def _sleep_step(book: StepBook, name: str, length: timedelta) -> datetime | None:
+    """Answer the wake time to suspend until, or None when the sleep is over."""
+    replay = book.begin(name)
+    if replay is not None:
+        return None
+    book.signal.raise_if_set()
+    now = datetime.now(UTC)
+    stored = book.records.get(name)
+    if stored is not None and stored.wake_at is not None:
+        if stored.wake_at <= now:
+            await book.writer.record_step(name, StepStatus.COMPLETED, output=None)
+            book.ran.append(name)
+            return None
+        return stored.wake_at
+    wake_at = now + length
+    await book.writer.record_step(name, StepStatus.SLEEPING, wake_at=wake_at)
+    return wake_at
+
+
+async def _thread_outliving_cancel(fn: Callable[..., Any], *arguments: Any) -> Any:
+    """Run `fn` in a thread; when the awaiting task is cancelled, wait for the thread before
+    letting the cancel through.
+
+    A thread cannot be stopped: answering a drain's cancel at once handed the run back while
+    this copy of the step still ran, so another worker could run the same step beside it. The
+    wait holds the attempt instead, as a plain def body does; the drain deadline bounds it.
+    (After a timeout or a lost lease the attempt ends after its short grace either way.)
+    """
+    thread = asyncio.ensure_future(asyncio.to_thread(fn, *arguments))
+    try:
+        return await asyncio.shield(thread)
+    except asyncio.CancelledError:
+        await asyncio.wait({thread})
+        if not thread.cancelled():
+            thread.exception()  # retrieved: the cancel is what this attempt reports
+        raise
+
+
+async def _until_cancelled(awaitable: Awaitable[T], signal: CancelSignal) -> T:
+    """Await `awaitable`, cancelling it when `signal` is set (then raise X_ABORTED)."""
+    task = asyncio.ensure_future(awaitable)
+    loop = asyncio.get_running_loop()
+    signal.on_cancel(lambda _reason: loop.call_soon_threadsafe(task.cancel))
+    try:
+        return await task
+    except asyncio.CancelledError:
+        outer = asyncio.current_task()
+        if signal.is_set and (outer is None or outer.cancelling() == 0):
+            raise _aborted(signal) from None
+        raise
+
+
+def _aborted(signal: CancelSignal) -> Aborted:
+    return Aborted(
+        f"the attempt was cancelled: {signal.reason}",
+        detail={"reason": None if signal.reason is None else signal.reason.code},
+    )
+
+
+def new_book(
+    records: dict[str, StepRecord],
+    writer: StepWriter,
+    signal: CancelSignal,
+    step_timeout: timedelta | None,
+    event_poll: timedelta = DEFAULT_EVENT_POLL,
+) -> StepBook:
+    return StepBook(records, writer, signal, step_timeout, event_poll)

@@ -1,0 +1,687 @@
+"""The asyncio worker: claims batches fairly across queues, runs each attempt under a kept lease,
+and drains on SIGTERM without counting the attempts it interrupts.
+
+The loop re-arms on each claim PASS, never on the jobs, so a long job never blocks free slots.
+Idle, it backs off from 250 ms to 2 s (10 s once the wake is proven); a wake, a freed slot or a
+local timer for a retry due within a minute starts a pass at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import logging
+import math
+import os
+import signal as signals
+import socket
+import time
+import uuid
+from collections import Counter
+from collections.abc import Callable, Coroutine, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from durajobs._db import calls
+from durajobs._db.database import AsyncDatabase
+from durajobs._values.counts import parse_count
+from durajobs._values.durations import Duration, parse_duration
+from durajobs._values.records import ClaimedJob
+from durajobs.declare.registry import Registry, Settled
+from durajobs.errors import ConfigInvalid, Draining
+from durajobs.observe.metrics import WorkerMetrics
+from durajobs.observe.tracing import job_span, spans_active
+from durajobs.runtime._asyncio import CancelWatch
+from durajobs.runtime.acks import AckBatcher
+from durajobs.runtime.attempt import Attempt, Body, JobExecution, Outcome, notify_settled
+from durajobs.runtime.cancel import CancelSignal
+from durajobs.runtime.lease import LeaseKeeper
+from durajobs.runtime.presence import WorkerRegistration
+from durajobs.runtime.wake import QueueWake
+
+log = logging.getLogger(__name__)
+
+DEFAULT_CONCURRENCY = 8
+DEFAULT_VISIBILITY = timedelta(seconds=30)
+POLL_FLOOR = timedelta(milliseconds=250)
+IDLE_CEILING = timedelta(seconds=2)
+# with a proven wake the poll is only the fallback: 6 claims and 4 registry renewals a minute
+WOKEN_IDLE_CEILING = timedelta(seconds=10)
+DRAIN_DEADLINE = timedelta(seconds=25)
+LOCAL_TIMER_HORIZON = timedelta(minutes=1)
+LOCAL_TIMER_MARGIN = 0.05  # seconds
+# how often a queue's claim also buries and re-takes lapsed leases: their scan steps over every
+# dead entry of the lease index, so a busy worker does it once a second rather than every claim
+LAPSED_SCAN_INTERVAL = 1.0  # seconds
+
+
+@dataclass
+class WorkerStats:
+    in_flight: int
+    max_in_flight: int | None
+    completed: int
+    interrupted: int
+    outcomes: dict[str, int]
+
+
+class Worker:
+    """Runs the jobs of `registry` from `queues` until stopped or drained."""
+
+    def __init__(
+        self,
+        registry: Registry,
+        database_url: str,
+        *,
+        queues: list[str] | None = None,
+        concurrency: int | Mapping[str, int] = DEFAULT_CONCURRENCY,
+        max_in_flight: int | None = None,
+        visibility: Duration = DEFAULT_VISIBILITY,
+        drain_deadline: Duration = DRAIN_DEADLINE,
+        listen: bool = True,
+        worker_id: str | None = None,
+        poll_floor: Duration = POLL_FLOOR,
+        idle_ceiling: Duration = IDLE_CEILING,
+        woken_idle_ceiling: Duration = WOKEN_IDLE_CEILING,
+        metrics_port: int | None = None,
+        metrics_host: str = "0.0.0.0",
+        freeze_gc: bool = False,
+    ) -> None:
+        self.registry = registry
+        self.queues = list(queues or registry.queues())
+        if not self.queues:
+            raise ConfigInvalid(
+                "the worker serves no queue: declare a job or pass queues",
+                detail={"field": "queues"},
+            )
+        if isinstance(concurrency, Mapping):
+            # read by own key: a queue named 'keys' or '__class__' gets its own value
+            self.concurrency = {
+                queue: parse_count(concurrency[queue], field=f"concurrency[{queue!r}]")
+                if queue in concurrency
+                else DEFAULT_CONCURRENCY
+                for queue in self.queues
+            }
+        else:
+            slots = parse_count(concurrency, field="concurrency")
+            self.concurrency = dict.fromkeys(self.queues, slots)
+        self.max_in_flight = (
+            None if max_in_flight is None else parse_count(max_in_flight, field="max_in_flight")
+        )
+        self.visibility = parse_duration(visibility, field="visibility")
+        self.drain_deadline = parse_duration(drain_deadline, field="drain_deadline")
+        self.poll_floor = parse_duration(poll_floor, field="poll_floor")
+        self.idle_ceiling = parse_duration(idle_ceiling, field="idle_ceiling")
+        self.woken_idle_ceiling = parse_duration(woken_idle_ceiling, field="woken_idle_ceiling")
+        self.worker_id = worker_id or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        # heartbeats, step writes and settles share it: enough for every slot to be busy
+        self.db = AsyncDatabase(database_url, max_size=min(max(self.capacity + 2, 4), 20))
+        self._listen = listen
+        self._wake: QueueWake | None = None
+        self._running: dict[uuid.UUID, _Held] = {}
+        self._per_queue: Counter[str] = Counter()
+        # slots are taken while a body runs, not while its settle is on the wire: the next
+        # claim overlaps the acks of the batch before
+        self._taken = 0
+        self._kick = asyncio.Event()
+        self._accepting = True
+        # time.monotonic() of the drain (None before one): where its deadline starts
+        self._drain_began: float | None = None
+        self.abandoned = 0  # attempts left to their lease at the drain deadline
+        self._stopped = asyncio.Event()
+        self._teardown: asyncio.Future[None] | None = None
+        self._event_loop: asyncio.AbstractEventLoop | None = None  # the loop run() runs on
+        self._rotation = 0
+        self._lapsed_scanned: dict[str, float] = {}  # queue -> when its lapsed leases were sought
+        self._idle = True
+        self._outcomes: Counter[str] = Counter()
+        self.executions: list[JobExecution] = []
+        self.keep_executions = False
+        self._executor: ThreadPoolExecutor | None = None
+        self._chores: set[asyncio.Task[None]] = set()
+        # a claim whose wait a cancel cut: its statement may have committed with the answer
+        # thrown away, so the teardown asks which rows this worker holds without knowing
+        self._claim_cut = False
+        self._abandoned_ids: set[uuid.UUID] = set()  # their bodies may still run: never given back
+        self._registered = False
+        self.idle_waits: list[
+            float
+        ] = []  # the idle backoff as it happened, for operators and tests
+        self.registration = WorkerRegistration(
+            self.db,
+            self.worker_id,
+            queues=self.queues,
+            slots=self.capacity,
+            ttl=self.visibility,
+            in_flight=lambda: list(self._running),
+        )
+        self.metrics = WorkerMetrics(
+            database_url,
+            self.queues,
+            in_flight=lambda: len(self._running),
+            capacity=lambda: self.capacity,
+        )
+        self._acks = AckBatcher(self.db, self.worker_id)
+        self._metrics_port = metrics_port
+        self._metrics_host = metrics_host
+        self._freeze_gc = freeze_gc
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    @property
+    def capacity(self) -> int:
+        slots = sum(self.concurrency.values())
+        return slots if self.max_in_flight is None else min(slots, self.max_in_flight)
+
+    def stats(self) -> WorkerStats:
+        return WorkerStats(
+            in_flight=len(self._running),
+            max_in_flight=self.max_in_flight,
+            completed=self._outcomes[Outcome.COMPLETED],
+            interrupted=self._outcomes[Outcome.INTERRUPTED],
+            outcomes=dict(self._outcomes),
+        )
+
+    def kick(self, _queue: str | None = None) -> None:
+        """Start a claim pass now (a wake, a freed slot, a timer)."""
+        self._kick.set()
+
+    def drain(self) -> None:
+        """SIGTERM: stop claiming and cancel every held attempt with X_DRAINING, at once.
+
+        Also after `stop()`: a shutdown arriving while held work finishes bounds the wait.
+        Safe to call from any thread (a signal.signal handler, a web server's shutdown hook).
+        """
+        if self._hop_to_loop(self.drain):
+            return
+        if self._drain_began is not None:
+            return
+        self._drain_began = time.monotonic()
+        self._accepting = False
+        if self._registered and self._teardown is None:
+            self._background(self.registration.mark_draining())
+        log.info(
+            "jobs.worker.draining", extra={"worker": self.worker_id, "held": len(self._running)}
+        )
+        for held in list(self._running.values()):
+            held.signal.cancel(
+                Draining(
+                    f"worker {self.worker_id} is draining",
+                    detail={"worker": self.worker_id, "id": str(held.row.id)},
+                )
+            )
+        self._kick.set()
+
+    def drain_time_left(self) -> float | None:
+        """Seconds left of the drain's budget (0 once spent); None before any drain."""
+        if self._drain_began is None:
+            return None
+        spent = time.monotonic() - self._drain_began
+        return max(self.drain_deadline.total_seconds() - spent, 0.0)
+
+    def stop(self) -> None:
+        """Stop claiming and let held work finish, with no deadline and no cancel.
+
+        Safe to call from any thread."""
+        if self._hop_to_loop(self.stop):
+            return
+        self._accepting = False
+        self._kick.set()
+
+    def _hop_to_loop(self, method: Callable[[], None]) -> bool:
+        """Called off the thread running this worker: schedule `method` on its loop instead
+        (asyncio's events and tasks are not thread-safe) and answer True."""
+        loop = self._event_loop
+        if loop is None or loop.is_closed():
+            return False
+        try:
+            if asyncio.get_running_loop() is loop:
+                return False
+        except RuntimeError:
+            pass  # no loop runs on this thread
+        loop.call_soon_threadsafe(method)
+        return True
+
+    async def run(self, *, install_signal_handlers: bool = False) -> None:
+        """Run until `stop()` or `drain()`; the drain waits at most `drain_deadline`."""
+        loop = self._event_loop = asyncio.get_running_loop()
+        # the pool's wait for a connection can drop a cancel (durajobs.runtime._asyncio): the
+        # claim loop checks this, or the task running the worker claims on until the next cancel
+        cancel = CancelWatch()
+        # plain def handlers get a thread per slot, on a pool of the worker's own
+        executor = ThreadPoolExecutor(max_workers=self.capacity, thread_name_prefix="durajobs-job")
+        self._executor = executor
+        if install_signal_handlers:
+            for number in (signals.SIGTERM, signals.SIGINT):
+                loop.add_signal_handler(number, self.drain)
+        try:
+            await self.db.open()
+            if self._metrics_port is not None:
+                self.metrics.serve(self._metrics_port, self._metrics_host)
+            # before the announce: a cancel landing after its row was written but before its
+            # answer came back must still forget the row
+            self._registered = True
+            await self.registration.start()
+            if self._freeze_gc:
+                # a process of its own: what is alive now (modules, the registry, the pool)
+                # lives as long as the process, so the collector need never walk it again
+                gc.collect()
+                gc.freeze()
+            for queue in self.queues:
+                if queue not in self.registry.queues():
+                    log.info("jobs.worker.queue-unregistered", extra={"queue": queue})
+            if self._listen:
+                self._wake = QueueWake(
+                    self.db.database_url,
+                    set(self.queues),
+                    self.kick,
+                    lambda token: self.db.run(calls.wake_probe(token)),
+                )
+                self._wake.start()
+            log.info("jobs.worker.started", extra={"worker": self.worker_id, "queues": self.queues})
+            try:
+                await self._loop(cancel)
+            except asyncio.CancelledError:
+                # the task running the worker was cancelled (a TaskGroup, a timeout, Ctrl-C
+                # under asyncio.run): drain as SIGTERM would, or held attempts would run on
+                # past a closed pool and come back only when their leases lapse, each counted
+                self.drain()
+                if self._claim_cut:
+                    # at once, not after the held attempts: rows waiting on a drain's full
+                    # budget could lapse into another worker's counted attempts meanwhile
+                    await self._give_back_unknown_rows()
+                await self._settle_held()
+                raise
+            await self._settle_held()
+            await self._finish_chores()
+        finally:
+            if install_signal_handlers:
+                for number in (signals.SIGTERM, signals.SIGINT):
+                    loop.remove_signal_handler(number)
+            # shielded: a second cancel returns at once, but the registry row is still
+            # forgotten (its renewals would keep a dead worker listed) and the pool closed
+            self._teardown = asyncio.ensure_future(self._close_resources(executor))
+            await asyncio.shield(self._teardown)
+
+    async def _close_resources(self, executor: ThreadPoolExecutor) -> None:
+        """Give back what run() took: the rows of a cut claim, the wake, the registry row, the
+        metrics port, the pool."""
+        try:
+            if self._claim_cut:
+                await self._give_back_unknown_rows()
+            if self._wake is not None:
+                await self._wake.stop()
+            if self._registered:
+                await self.registration.stop()
+                self._registered = False
+        finally:
+            self.metrics.close()
+            await self.db.close()
+            executor.shutdown(wait=False, cancel_futures=True)
+            self._stopped.set()
+            log.info("jobs.worker.stopped", extra={"worker": self.worker_id})
+
+    async def _settle_held(self) -> None:
+        """Wait for held attempts: without limit after stop(), up to the deadline once draining."""
+        held = {entry.done: entry for entry in self._running.values()}
+        pending: set[asyncio.Future[None]] = set(held)
+        while pending:
+            # counted from the drain itself, not from here: a claim in flight when the drain
+            # came (a slow or locked database) must not stretch the budget the platform gives
+            left = self.drain_time_left()
+            if left == 0:
+                self.abandoned = len(pending)
+                log.error(
+                    "jobs.worker.drain-abandoned",
+                    extra={"worker": self.worker_id, "abandoned": len(pending)},
+                )
+                for done in pending:
+                    held[done].abandon()
+                    self._abandoned_ids.add(held[done].row.id)
+                carriers = [held[done].task for done in pending]
+                await asyncio.gather(*pending, *filter(None, carriers), return_exceptions=True)
+                return
+            step = 0.1 if left is None else min(0.1, left)
+            _done, pending = await asyncio.wait(pending, timeout=step)
+
+    # -- the claim loop --------------------------------------------------------------------
+
+    async def _loop(self, cancel: CancelWatch) -> None:
+        wait = self.poll_floor
+        while self._accepting:
+            cancel.check()
+            self._kick.clear()
+            try:
+                claimed = await self._pass()
+            except Exception as failure:
+                # a failed pass never kills the loop: re-arm at the floor
+                log.error("jobs.worker.claim-failed", extra={"error": str(failure)})
+                claimed, wait = 0, self.poll_floor
+            cancel.check()
+            if not self._accepting:
+                break
+            timeout: float | None
+            if claimed:
+                wait = self.poll_floor
+                if self._room() > 0:
+                    # the bodies just started take their first step before the next claim is
+                    # sent: a pickup does not wait for a claim that finds nothing
+                    await asyncio.sleep(0)
+                    continue
+                timeout = None  # at the cap: a freed slot kicks
+            elif self._room() == 0:
+                timeout = None
+            else:
+                timeout = wait.total_seconds()
+                self.idle_waits.append(timeout)
+                proven = self._wake is not None and self._wake.proven
+                ceiling = self.woken_idle_ceiling if proven else self.idle_ceiling
+                wait = min(wait * 2, ceiling)
+            try:
+                async with asyncio.timeout(timeout):  # not wait_for: it can swallow a cancel
+                    await self._kick.wait()
+                wait = self.poll_floor
+            except TimeoutError:
+                pass
+
+    def _room(self) -> int:
+        return max(self.capacity - self._taken, 0)
+
+    def _queue_room(self, queue: str) -> int:
+        return max(self.concurrency[queue] - self._per_queue[queue], 0)
+
+    async def _pass(self) -> int:
+        room = self._room()
+        if room == 0:
+            return 0
+        rotated = self.queues[self._rotation :] + self.queues[: self._rotation]
+        open_queues = [q for q in rotated if self._queue_room(q) > 0]
+        if not open_queues:
+            return 0
+        if self._idle:
+            # a first fill from idle: one statement over every queue with a free slot
+            size = min(room, min(self._queue_room(q) for q in open_queues))
+            got = await self._claim(open_queues, size)
+        else:
+            got, left = 0, room
+            for index, queue in enumerate(open_queues):
+                if left <= 0:
+                    break
+                share = min(math.ceil(left / (len(open_queues) - index)), self._queue_room(queue))
+                taken = await self._claim([queue], share)
+                got, left = got + taken, left - taken
+        self._idle = got == 0
+        return got
+
+    async def _claim(self, queues: list[str], size: int) -> int:
+        if size <= 0 or not self._accepting:
+            return 0
+        dropping = [job.name for job in self.registry.jobs() if not job.retry.dead_letter]
+        asked = time.monotonic()  # the lease runs from the claim, not from the attempt's start
+        recover = any(
+            asked - self._lapsed_scanned.get(queue, -math.inf) >= LAPSED_SCAN_INTERVAL
+            for queue in queues
+        )
+        try:
+            rows = await self.db.run(
+                calls.claim(
+                    queues,
+                    self.worker_id,
+                    batch_size=size,
+                    visibility=self.visibility,
+                    drop_exhausted=dropping,
+                    recover_lapsed=recover,
+                )
+            )
+            # a full batch or a burial may have left lapsed rows behind: look again next claim
+            if recover and len(rows) < size and not any(row.buried for row in rows):
+                self._lapsed_scanned.update(dict.fromkeys(queues, asked))
+            # inside the try: a cancel among the hand-backs of a drain leaves rows unknown too
+            return await self._take(rows, asked)
+        except asyncio.CancelledError:
+            # psycopg answers a cancel by cancelling the statement, and raises even when it had
+            # already committed: the rows would stay running until their leases lapse, each a
+            # counted attempt. Not shielded (a task per claim cost about a tenth of the
+            # burn-down): the teardown asks for them instead
+            self._claim_cut = True
+            raise
+
+    async def _give_back_unknown_rows(self) -> None:
+        """After a cut claim: hand back, uncounted, the rows this worker holds running but never
+        started (within the drain's budget). Abandoned attempts keep theirs: their bodies may
+        still run."""
+        try:
+            async with asyncio.timeout(self.drain_time_left()):
+                held = await self.db.run(calls.worker_running(self.worker_id))
+                for id, claim in held:
+                    if id in self._running or id in self._abandoned_ids:
+                        continue
+                    await self.db.run(
+                        calls.nack(id, self.worker_id, claim, counts_as_attempt=False)
+                    )
+            self._claim_cut = False
+        except Exception as failure:  # TimeoutError included: the rows lapse, as on a crash
+            log.error("jobs.worker.claim-lost", extra={"error": repr(failure)})
+
+    async def _finish_chores(self) -> None:
+        """Wait for the chores (the on_settled hooks of buried rows): without limit after stop(),
+        within what is left of the drain's budget once draining; past it they are cancelled, so
+        a slow hook cannot hold the process past the platform's grace period."""
+        if not self._chores:
+            return
+        _done, late = await asyncio.wait(set(self._chores), timeout=self.drain_time_left())
+        if late:
+            log.error(
+                "jobs.worker.chores-abandoned",
+                extra={"worker": self.worker_id, "abandoned": len(late)},
+            )
+            for chore in late:
+                chore.cancel()
+            await asyncio.gather(*late, return_exceptions=True)
+
+    async def _take(self, rows: list[ClaimedJob], asked: float) -> int:
+        """Start the claimed rows (or hand them back uncounted once draining) and announce the
+        buried ones; answer how many started."""
+        started = 0
+        # claimed rows start first: a slow on_settled hook of a buried row must not eat into
+        # their leases
+        for row in (row for row in rows if not row.buried):
+            if not self._accepting:
+                # drained while the claim was in flight: hand the row back, uncounted
+                try:
+                    await self.db.run(
+                        calls.nack(row.id, self.worker_id, row.claim, counts_as_attempt=False)
+                    )
+                except Exception as failure:
+                    log.error(
+                        "jobs.settle.failed", extra={"id": str(row.id), "error": str(failure)}
+                    )
+                continue
+            self._start(row, asked)
+            started += 1
+            position = self.queues.index(row.queue) if row.queue in self.queues else -1
+            self._rotation = (position + 1) % len(self.queues)
+        for row in (row for row in rows if row.buried):
+            self.metrics.observe(row.queue, "dead-lettered" if row.state == "dead" else "dropped")
+            self._background(self._announce_exhausted(row))
+        return started
+
+    def _background(self, work: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.get_running_loop().create_task(work)
+        self._chores.add(task)
+        task.add_done_callback(self._chores.discard)
+
+    async def _announce_exhausted(self, row: ClaimedJob) -> None:
+        log.error(
+            "jobs.claim.exhausted",
+            extra={
+                "job": row.name,
+                "id": str(row.id),
+                "state": str(row.state),
+                "attempt": row.attempt,
+            },
+        )
+        job = self.registry.get(row.name)
+        if job is None:
+            return
+        await notify_settled(
+            job,
+            Settled(
+                job=row.name,
+                job_id=row.id,
+                run_id=row.run_id,
+                outcome="dead-lettered" if row.state == "dead" else "dropped",
+                attempt=row.attempt,
+                error="LEASE_LAPSED_FINAL_ATTEMPT",
+                code=None,
+                input=row.input,
+            ),
+        )
+
+    # -- one attempt -----------------------------------------------------------------------
+
+    def _start(self, row: ClaimedJob, asked: float) -> None:
+        signal = CancelSignal()
+        keeper = LeaseKeeper(
+            self.db, row, self.worker_id, signal, visibility=self.visibility, since=asked
+        )
+        attempt = Attempt(
+            row,
+            self.registry,
+            db=self.db,
+            worker_id=self.worker_id,
+            signal=signal,
+            lease=keeper,
+            acks=self._acks,
+        )
+        held = _Held(row, signal, keeper, asyncio.get_running_loop().create_future())
+        self._running[row.id] = held
+        self._taken += 1
+        self._per_queue[row.queue] += 1
+        keeper.start()
+        job = attempt.job
+        if job is not None and job.is_async and attempt.startable_now and not spans_active():
+            self._run_lean(held, attempt)
+        else:
+            held.task = asyncio.get_running_loop().create_task(self._attempt(held, attempt))
+
+    def _run_lean(self, held: _Held, attempt: Attempt) -> None:
+        """The common case with no task of its own: an async body that needs no read first is
+        started here, and when it returns cleanly its ack joins the batch from a callback.
+        Anything else (an error, a suspension, a cancel, a drain, a report to flush) hands the
+        attempt to `_conclude`, which settles it exactly as `execute` would."""
+        loop = asyncio.get_running_loop()
+        body = attempt.start({}, executor=self._executor, on_done=lambda: self._release(held))
+        future = body.future
+        deciding = False
+
+        def decide() -> None:
+            nonlocal deciding
+            if deciding:
+                return
+            deciding = True
+            if not attempt.settle_soon(body, lambda execution: self._settled(held, execution)):
+                held.task = loop.create_task(self._conclude(held, attempt, body))
+
+        if future is None:
+            decide()  # the input did not parse: the verdict is a failure
+            return
+        future.add_done_callback(lambda _future: decide())
+        # the signal may be set from the lease keeper or a body's thread
+        held.signal.on_cancel(lambda _reason: loop.call_soon_threadsafe(decide))
+
+    async def _conclude(self, held: _Held, attempt: Attempt, body: Body) -> None:
+        try:
+            self._record(held, await attempt.conclude(await body.ending()))
+        except Exception as failure:
+            log.error(
+                "jobs.worker.attempt-crashed", extra={"id": str(held.row.id), "error": str(failure)}
+            )
+        finally:
+            await held.keeper.join()
+            self._close(held)
+
+    def _settled(self, held: _Held, execution: JobExecution) -> None:
+        try:
+            self._record(held, execution)
+        except Exception as failure:
+            log.error(
+                "jobs.worker.attempt-crashed", extra={"id": str(held.row.id), "error": str(failure)}
+            )
+        finally:
+            self._close(held)
+
+    async def _attempt(self, held: _Held, attempt: Attempt) -> None:
+        row = held.row
+        lingering: list[asyncio.Future[Any]] = []
+        try:
+            with job_span(row):
+                execution = await attempt.run(
+                    executor=self._executor,
+                    on_lingering=lingering.append,
+                    on_body_done=lambda: self._release(held),
+                )
+            self._record(held, execution)
+        except Exception as failure:
+            log.error(
+                "jobs.worker.attempt-crashed", extra={"id": str(row.id), "error": str(failure)}
+            )
+        finally:
+            await held.keeper.join()
+            if lingering:
+                # a plain def body that ignored its cancel still holds a thread: keep its slot
+                # taken until it returns (a drain's deadline bounds this wait)
+                await asyncio.wait(lingering)
+            self._close(held)
+
+    def _record(self, held: _Held, execution: JobExecution) -> None:
+        self._outcomes[execution.outcome] += 1
+        self.metrics.observe(held.row.queue, execution.outcome)
+        if self.keep_executions:
+            self.executions.append(execution)
+        if execution.resume_at is not None:
+            delay = execution.resume_at - datetime.now(UTC)
+            if delay <= LOCAL_TIMER_HORIZON:
+                # a little after the due time: a kick that comes early finds nothing and leaves
+                # the row to the poll
+                asyncio.get_running_loop().call_later(
+                    max(delay.total_seconds(), 0) + LOCAL_TIMER_MARGIN, self.kick
+                )
+
+    def _release(self, held: _Held) -> None:
+        """Free the attempt's slot: when its body ends, or at the latest when it is closed."""
+        if held.released:
+            return
+        held.released = True
+        self._taken -= 1
+        self._per_queue[held.row.queue] -= 1
+        self._kick.set()  # a freed slot refills at once
+
+    def _close(self, held: _Held) -> None:
+        held.keeper.stop()
+        held.signal.forget_callbacks()
+        if self._running.get(held.row.id) is held:
+            self._running.pop(held.row.id)  # not a newer attempt of the same row
+        self._release(held)  # a body that never ran (or never ended) holds its slot until here
+        if not held.done.done():
+            held.done.set_result(None)
+        self._kick.set()
+
+
+@dataclass(eq=False)
+class _Held:
+    """An attempt this worker holds: `done` resolves once it is settled (or abandoned)."""
+
+    row: ClaimedJob
+    signal: CancelSignal
+    keeper: LeaseKeeper
+    done: asyncio.Future[None]
+    task: asyncio.Task[None] | None = None  # the task concluding it, if any
+    released: bool = False
+
+    def abandon(self) -> None:
+        if self.task is not None:
+            self.task.cancel()
+        if not self.done.done():
+            self.done.cancel()

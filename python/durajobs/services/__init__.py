@@ -1,0 +1,1 @@
+"""Long-running services beside the worker: the outbox relay, the scheduler, retention."""

@@ -1,0 +1,213 @@
+"""The outbox relay: moves staged jobs from an application's database to the queue's.
+
+A pass claims a batch under a lease (stamped in the locking statement), publishes each row in
+staging order with jobs.enqueue under the row's own id and run id, then marks the
+published rows. A publish that fails stops the batch, so a later row never overtakes an earlier
+one, and hands the rest back at once. A crash between publish and mark re-publishes later and
+meets the job the first publish made (by-id dedupe): the handler still runs once.
+Where the outbox and the queue share one database, a pass is one call (jobs.outbox_relay).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+import uuid
+from datetime import timedelta
+
+from durajobs._db import calls
+from durajobs._db.database import AsyncDatabase
+from durajobs._values.durations import Duration, parse_duration
+from durajobs.errors import Invariant
+from durajobs.runtime._asyncio import CancelWatch
+from durajobs.runtime.wake import QueueWake
+
+log = logging.getLogger(__name__)
+
+RELAY_INTERVAL = timedelta(milliseconds=200)
+IDLE_CEILING = timedelta(seconds=2)
+WOKEN_IDLE_CEILING = timedelta(seconds=5)
+DEFAULT_CLAIM_LEASE = timedelta(seconds=30)
+DEFAULT_BATCH = 100
+
+
+def _claim_lease(value: Duration) -> timedelta:
+    """A positive, finite, whole number of milliseconds, or X_INVARIANT: 0 would expire before
+    the claim returns, a fraction means something else in Python than in SQL, infinity strands
+    a dead relay's rows forever."""
+    try:
+        lease = parse_duration(value, field="claim_lease")
+    except ValueError as invalid:
+        raise Invariant(f"claim_lease: {invalid}", detail={"field": "claim_lease"}) from None
+    if lease % timedelta(milliseconds=1) or lease > timedelta(days=1):
+        raise Invariant(
+            f"claim_lease must be whole milliseconds, at most a day, got {value!r}",
+            detail={"field": "claim_lease"},
+        )
+    return lease
+
+
+class OutboxRelay:
+    """Publishes the outbox of `source_url` into the queue at `target_url` (same when None)."""
+
+    def __init__(
+        self,
+        source_url: str,
+        target_url: str | None = None,
+        *,
+        relay_id: str | None = None,
+        batch_size: int = DEFAULT_BATCH,
+        interval: Duration = RELAY_INTERVAL,
+        idle_ceiling: Duration = IDLE_CEILING,
+        claim_lease: Duration = DEFAULT_CLAIM_LEASE,
+        listen: bool = True,
+    ) -> None:
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise Invariant(
+                f"batch_size must be at least 1, got {batch_size!r}", detail={"field": "batch_size"}
+            )
+        self.relay_id = (
+            relay_id or f"relay:{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        )
+        self.batch_size = batch_size
+        self.interval = parse_duration(interval, field="interval")
+        self.idle_ceiling = parse_duration(idle_ceiling, field="idle_ceiling")
+        self.claim_lease = _claim_lease(claim_lease)
+        self.source = AsyncDatabase(source_url, max_size=2)
+        self.same_database = target_url is None or target_url == source_url
+        self.target = (
+            self.source if self.same_database else AsyncDatabase(target_url or "", max_size=2)
+        )
+        self._listen = listen
+        self._wake: QueueWake | None = None
+        self._kick = asyncio.Event()
+        self._running = True
+        self._pass: asyncio.Task[int] | None = None
+        self._closing: asyncio.Future[None] | None = None
+        self.published = 0
+        self.idle_waits: list[float] = []  # the idle backoff as it happened
+
+    def kick(self, _payload: str | None = None) -> None:
+        self._kick.set()
+
+    def stop(self) -> None:
+        """Stop after the pass in flight (run() joins it, so no publish is left unmarked)."""
+        self._running = False
+        self._kick.set()
+
+    async def open(self) -> None:
+        await self.source.open()
+        if not self.same_database:
+            try:
+                await self.target.open()
+            except BaseException:
+                await self.source.close()  # or a refused target leaves the source's pool open
+                raise
+
+    async def close(self) -> None:
+        if self._wake is not None:
+            await self._wake.stop()
+        await self.source.close()
+        if not self.same_database:
+            await self.target.close()
+
+    async def run(self) -> None:
+        """Relay until stop(); a pass that throws is logged and the loop re-arms."""
+        cancel = CancelWatch()  # opening waits on the pools, which can drop a cancel
+        await self.open()
+        try:
+            if self._listen:
+                self._wake = QueueWake(
+                    self.source.database_url,
+                    None,
+                    self.kick,
+                    lambda token: self.source.run(
+                        calls.wake_probe(token, calls.OUTBOX_WAKE_CHANNEL)
+                    ),
+                    channel=calls.OUTBOX_WAKE_CHANNEL,
+                )
+                self._wake.start()
+            wait = self.interval
+            while self._running:
+                cancel.check()
+                self._kick.clear()
+                self._pass = asyncio.ensure_future(self.run_once())
+                try:
+                    moved = await asyncio.shield(self._pass)
+                except Exception as failure:
+                    log.error(
+                        "jobs.outbox.tick-failed",
+                        extra={"relay": self.relay_id, "error": str(failure)},
+                    )
+                    moved = 0
+                if not self._running:
+                    break
+                if moved >= self.batch_size:
+                    wait = self.interval
+                    continue
+                proven = self._wake is not None and self._wake.proven
+                ceiling = WOKEN_IDLE_CEILING if proven else self.idle_ceiling
+                if not moved:
+                    self.idle_waits.append(wait.total_seconds())
+                try:
+                    async with asyncio.timeout(wait.total_seconds()):  # not wait_for (wake.py)
+                        await self._kick.wait()
+                    wait = self.interval
+                except TimeoutError:
+                    wait = self.interval if moved else min(wait * 2, ceiling)
+        finally:
+            # shielded: a second cancel returns at once, but the pass in flight still finishes
+            # publishing and marking its batch, and the pools close after it
+            self._closing = asyncio.ensure_future(self._finish())
+            await asyncio.shield(self._closing)
+
+    async def _finish(self) -> None:
+        try:
+            if self._pass is not None and not self._pass.done():
+                await asyncio.wait({self._pass})
+        finally:
+            await self.close()
+
+    async def run_once(self) -> int:
+        """One pass: answer how many rows it published."""
+        if self.same_database:
+            results = await self.source.run(
+                calls.outbox_relay(self.relay_id, batch_size=self.batch_size)
+            )
+            self.published += len(results)
+            return len(results)
+        batch = await self.source.run(
+            calls.outbox_claim(self.relay_id, batch_size=self.batch_size, lease=self.claim_lease)
+        )
+        published: list[uuid.UUID] = []
+        stopped_at: int | None = None
+        for index, row in enumerate(batch):
+            try:
+                await self.target.run(calls.publish(row))
+            except Exception as failure:
+                # stop: a later row must never overtake this one
+                log.error(
+                    "jobs.outbox.publish-failed",
+                    extra={
+                        "relay": self.relay_id,
+                        "id": str(row.id),
+                        "error": str(failure),
+                    },
+                )
+                stopped_at = index
+                break
+            published.append(row.id)
+        if published:
+            await self.mark_published(published)
+        if stopped_at is not None:
+            # hand the rest back at once: a pool blip costs one interval, not a lease
+            await self.source.run(
+                calls.outbox_release(self.relay_id, [row.id for row in batch[stopped_at:]])
+            )
+        self.published += len(published)
+        return len(published)
+
+    async def mark_published(self, ids: list[uuid.UUID]) -> list[uuid.UUID]:
+        return await self.source.run(calls.outbox_mark_published(self.relay_id, ids))
