@@ -125,7 +125,7 @@ def enqueue(
         "traceparent": traceparent,
         "enqueued_by": enqueued_by,
     }
-    return _call("jobs.enqueue", "id, run_id, deduped", arguments, _one(EnqueueResult.from_row))
+    return _call("jobs.enqueue", EnqueueResult.COLUMNS, arguments, _one(EnqueueResult.from_row))
 
 
 def enqueue_many(
@@ -142,7 +142,7 @@ def enqueue_many(
     ]
     return _call(
         "jobs.enqueue_many",
-        "id, run_id, deduped",
+        EnqueueResult.COLUMNS,
         {"requests": Jsonb(encoded), "on_conflict": on_conflict},
         _all(EnqueueResult.from_row),
     )
@@ -184,7 +184,7 @@ def ack_many(
     worker_id: str, ids: Sequence[UUID], claims: Sequence[int]
 ) -> Call[list[SettleResult]]:
     arguments = {"worker_id": worker_id, "ids": list(ids), "claims": list(claims)}
-    return _call("jobs.ack_many_v1", "id, landed", arguments, _all(SettleResult.from_row))
+    return _call("jobs.ack_many_v1", SettleResult.COLUMNS, arguments, _all(SettleResult.from_row))
 
 
 def nack(
@@ -230,7 +230,7 @@ def nack_many(worker_id: str, nacks: Sequence[Mapping[str, Any]]) -> Call[list[S
         for item in nacks
     ]
     arguments = {"worker_id": worker_id, "nacks": Jsonb(encoded)}
-    return _call("jobs.nack_many_v1", "id, landed", arguments, _all(SettleResult.from_row))
+    return _call("jobs.nack_many_v1", SettleResult.COLUMNS, arguments, _all(SettleResult.from_row))
 
 
 def heartbeat(
@@ -344,7 +344,7 @@ def outbox_stage(
         "enqueued_by": enqueued_by,
     }
     return _call(
-        "jobs.outbox_stage", "id, run_id, deduped", arguments, _one(EnqueueResult.from_row)
+        "jobs.outbox_stage", EnqueueResult.COLUMNS, arguments, _one(EnqueueResult.from_row)
     )
 
 
@@ -372,7 +372,7 @@ def outbox_release(relay_id: str, ids: Sequence[UUID]) -> Call[int]:
 def outbox_relay(relay_id: str, *, batch_size: int | None = None) -> Call[list[EnqueueResult]]:
     arguments = {"relay_id": relay_id, "batch_size": batch_size}
     return _call(
-        "jobs.outbox_relay", "id, run_id, deduped", arguments, _all(EnqueueResult.from_row)
+        "jobs.outbox_relay", EnqueueResult.COLUMNS, arguments, _all(EnqueueResult.from_row)
     )
 
 
@@ -439,7 +439,7 @@ def scheduler_fire(
         "watermark": watermark,
     }
     return _call(
-        "jobs.scheduler_fire", "id, run_id, deduped", arguments, _all(EnqueueResult.from_row)
+        "jobs.scheduler_fire", EnqueueResult.COLUMNS, arguments, _all(EnqueueResult.from_row)
     )
 
 
@@ -508,7 +508,7 @@ def _bulk(
     function: str, state: str, queue: str | None, name: str | None, tenant_id: str | None
 ) -> Call[BulkResult]:
     arguments = {"state": state, "queue": queue, "name": name, "tenant_id": tenant_id}
-    return _call(function, "affected, remaining", arguments, _one(BulkResult.from_row))
+    return _call(function, BulkResult.COLUMNS, arguments, _one(BulkResult.from_row))
 
 
 def requeue_many(
@@ -631,7 +631,7 @@ def purge(
         "published_after": published_after,
         "batch_size": batch_size,
     }
-    return _call("jobs.purge", "jobs, steps, outbox, events", arguments, _one(PurgeResult.from_row))
+    return _call("jobs.purge", PurgeResult.COLUMNS, arguments, _one(PurgeResult.from_row))
 
 
 def rollup_counters() -> Call[dict[str, int]]:

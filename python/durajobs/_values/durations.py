@@ -10,7 +10,7 @@ import math
 import re
 from datetime import timedelta
 
-from durajobs.errors import DurajobsError
+from durajobs.errors import DeclarationInvalid
 
 Duration = timedelta | int | float | str
 
@@ -22,11 +22,6 @@ _UNITS = {
     "d": timedelta(days=1),
 }
 _PATTERN = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)\s*$")
-
-
-class DeclarationInvalid(DurajobsError, ValueError):
-    code = "X_JOB_DECLARATION_INVALID"
-    fix = "declare a finite, positive value (a count must be a whole number)"
 
 
 def parse_duration(value: Duration, *, field: str) -> timedelta:

@@ -1,32 +1,72 @@
-"""Typed answers of the SQL functions: frozen rows, each built by `from_row`."""
+"""Typed answers of the SQL functions: frozen rows whose column lists come from their fields."""
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from enum import StrEnum
+from typing import Any, ClassVar, Self
 from uuid import UUID
 
 from durajobs._values.states import JobState, StepStatus, narrow
 
 Row = tuple[Any, ...]
+# field name -> (the StrEnum it is read into, the "table.column" a bad value is reported against)
+Narrowed = dict[str, tuple[type[StrEnum], str]]
+
+
+class Answer:
+    """Base of every answer row: `COLUMNS` is its fields in order, `from_row` builds it.
+
+    A subclass is a frozen, slotted dataclass whose fields are named and ordered as the SQL
+    answer's columns. `NARROWED` maps the fields read into a StrEnum to the enum and the
+    `table.column` a bad value is reported against, so an unknown state raises
+    X_JOB_ROW_STATUS_UNKNOWN.
+    """
+
+    __slots__ = ()
+
+    COLUMNS: ClassVar[str] = ""
+    NARROWED: ClassVar[Narrowed] = {}
+    _NARROW_AT: ClassVar[tuple[tuple[int, type[StrEnum], str, str], ...]] = ()
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        # the class body's own annotations, in order, are its fields (ClassVars aside)
+        fields = [
+            name
+            for name, annotation in inspect.get_annotations(cls).items()
+            if not str(annotation).startswith("ClassVar")
+        ]
+        cls.COLUMNS = ", ".join(fields)
+        at = []
+        for name, (kind, column) in cls.NARROWED.items():
+            table, _, column_name = column.rpartition(".")
+            at.append((fields.index(name), kind, table, column_name))
+        cls._NARROW_AT = tuple(at)
+
+    @classmethod
+    def from_row(cls, row: Row) -> Self:
+        if not cls._NARROW_AT:
+            return cls(*row)
+        values = list(row)
+        for index, kind, table, column in cls._NARROW_AT:
+            values[index] = narrow(kind, values[index], table=table, column=column)
+        return cls(*values)
 
 
 @dataclass(frozen=True, slots=True)
-class EnqueueResult:
+class EnqueueResult(Answer):
     """The job's ids; `deduped` when an existing job answered instead of a new row."""
 
     id: UUID
     run_id: UUID
     deduped: bool
 
-    @classmethod
-    def from_row(cls, row: Row) -> EnqueueResult:
-        return cls(id=row[0], run_id=row[1], deduped=row[2])
-
 
 @dataclass(frozen=True, slots=True)
-class ClaimedJob:
+class ClaimedJob(Answer):
     """A row jobs.claim_v1 answered: claimed ('running') or buried ('dead' or 'failed')."""
 
     id: UUID
@@ -49,11 +89,7 @@ class ClaimedJob:
     # whether the run may have stored steps: False lets the worker skip reading its history
     has_steps: bool = True
 
-    COLUMNS = (
-        "id, run_id, name, queue, input, tenant_id, state, attempt, max_attempts, claim, "
-        "priority, run_at, created_at, lease_expires_at, last_error, traceparent, enqueued_by, "
-        "has_steps"
-    )
+    NARROWED: ClassVar[Narrowed] = {"state": (JobState, "jobs.jobs.state")}
 
     @property
     def buried(self) -> bool:
@@ -64,44 +100,17 @@ class ClaimedJob:
     def final_attempt(self) -> bool:
         return self.attempt >= self.max_attempts
 
-    @classmethod
-    def from_row(cls, row: Row) -> ClaimedJob:
-        return cls(
-            id=row[0],
-            run_id=row[1],
-            name=row[2],
-            queue=row[3],
-            input=row[4],
-            tenant_id=row[5],
-            state=narrow(JobState, row[6], table="jobs.jobs", column="state"),
-            attempt=row[7],
-            max_attempts=row[8],
-            claim=row[9],
-            priority=row[10],
-            run_at=row[11],
-            created_at=row[12],
-            lease_expires_at=row[13],
-            last_error=row[14],
-            traceparent=row[15],
-            enqueued_by=row[16],
-            has_steps=row[17] if len(row) > 17 else True,
-        )
-
 
 @dataclass(frozen=True, slots=True)
-class SettleResult:
+class SettleResult(Answer):
     """One answer of a batch settle: did it land on the row this attempt held?"""
 
     id: UUID
     landed: bool
 
-    @classmethod
-    def from_row(cls, row: Row) -> SettleResult:
-        return cls(id=row[0], landed=row[1])
-
 
 @dataclass(frozen=True, slots=True)
-class StepRecord:
+class StepRecord(Answer):
     """A durable step of a run, as stored."""
 
     name: str
@@ -113,24 +122,11 @@ class StepRecord:
     finished_at: datetime | None
     wake_at: datetime | None
 
-    COLUMNS = "name, status, output, error, attempts, started_at, finished_at, wake_at"
-
-    @classmethod
-    def from_row(cls, row: Row) -> StepRecord:
-        return cls(
-            name=row[0],
-            status=narrow(StepStatus, row[1], table="jobs.steps", column="status"),
-            output=row[2],
-            error=row[3],
-            attempts=row[4],
-            started_at=row[5],
-            finished_at=row[6],
-            wake_at=row[7],
-        )
+    NARROWED: ClassVar[Narrowed] = {"status": (StepStatus, "jobs.steps.status")}
 
 
 @dataclass(frozen=True, slots=True)
-class QueueStat:
+class QueueStat(Answer):
     """What one queue holds; `oldest_ready_age` is how long the oldest due ready job waited."""
 
     queue: str
@@ -142,15 +138,9 @@ class QueueStat:
     oldest_ready_age: timedelta | None
     paused: bool
 
-    COLUMNS = "queue, ready, delayed, running, suspended, dead, oldest_ready_age, paused"
-
-    @classmethod
-    def from_row(cls, row: Row) -> QueueStat:
-        return cls(*row)
-
 
 @dataclass(frozen=True, slots=True)
-class OutboxRecord:
+class OutboxRecord(Answer):
     """A staged enqueue, as a relay claimed it."""
 
     id: UUID
@@ -160,15 +150,9 @@ class OutboxRecord:
     claimed_by: str | None
     claim_expires_at: datetime | None
 
-    COLUMNS = "id, run_id, staged_at, request, claimed_by, claim_expires_at"
-
-    @classmethod
-    def from_row(cls, row: Row) -> OutboxRecord:
-        return cls(*row)
-
 
 @dataclass(frozen=True, slots=True)
-class EventLookup:
+class EventLookup(Answer):
     """What jobs.find_event answered, with the database's now (the one clock of a wait)."""
 
     found: bool
@@ -177,15 +161,9 @@ class EventLookup:
     published_at: datetime | None
     now: datetime
 
-    COLUMNS = "found, event_id, payload, published_at, now"
-
-    @classmethod
-    def from_row(cls, row: Row) -> EventLookup:
-        return cls(*row)
-
 
 @dataclass(frozen=True, slots=True)
-class TaskState:
+class TaskState(Answer):
     """A cron task as the database holds it: its watermark, its last fire, its pause."""
 
     task: str
@@ -194,15 +172,9 @@ class TaskState:
     last_fired_at: datetime | None
     paused: bool
 
-    COLUMNS = "task, watermark, last_fired_occurrence, last_fired_at, paused"
-
-    @classmethod
-    def from_row(cls, row: Row) -> TaskState:
-        return cls(*row)
-
 
 @dataclass(frozen=True, slots=True)
-class JobSummary:
+class JobSummary(Answer):
     """One row of a jobs.list_jobs page."""
 
     id: UUID
@@ -221,42 +193,25 @@ class JobSummary:
     last_error: str | None
     last_error_code: str | None
 
-    COLUMNS = (
-        "id, run_id, name, queue, state, tenant_id, attempt, max_attempts, priority, run_at, "
-        "created_at, updated_at, finished_at, last_error, last_error_code"
-    )
-
-    @classmethod
-    def from_row(cls, row: Row) -> JobSummary:
-        values = list(row)
-        values[4] = narrow(JobState, row[4], table="jobs.jobs", column="state")
-        return cls(*values)
+    NARROWED: ClassVar[Narrowed] = {"state": (JobState, "jobs.jobs.state")}
 
 
 @dataclass(frozen=True, slots=True)
-class BulkResult:
+class BulkResult(Answer):
     """What a bulk operator call moved, and how many rows a next call could still move."""
 
     affected: int
     remaining: int
 
-    @classmethod
-    def from_row(cls, row: Row) -> BulkResult:
-        return cls(*row)
-
 
 @dataclass(frozen=True, slots=True)
-class PurgeResult:
+class PurgeResult(Answer):
     """What one jobs.purge call deleted: jobs, steps, outbox rows and events."""
 
     jobs: int
     steps: int
     outbox: int
     events: int
-
-    @classmethod
-    def from_row(cls, row: Row) -> PurgeResult:
-        return cls(*row)
 
     @property
     def deleted(self) -> int:
@@ -272,7 +227,7 @@ class PurgeResult:
 
 
 @dataclass(frozen=True, slots=True)
-class WorkerRecord:
+class WorkerRecord(Answer):
     """One live worker of jobs.workers_live."""
 
     id: str
@@ -287,18 +242,9 @@ class WorkerRecord:
     expires_at: datetime
     draining_at: datetime | None
 
-    COLUMNS = (
-        "id, host, pid, queues, slots, in_flight, in_flight_count, started_at, heartbeat_at, "
-        "expires_at, draining_at"
-    )
-
-    @classmethod
-    def from_row(cls, row: Row) -> WorkerRecord:
-        return cls(*row)
-
 
 @dataclass(frozen=True, slots=True)
-class QueueDepth:
+class QueueDepth(Answer):
     """The autoscaler's number for one queue: running + due - held by draining workers."""
 
     queue: str
@@ -307,15 +253,9 @@ class QueueDepth:
     draining_held: int
     depth: int
 
-    COLUMNS = "queue, running, due, draining_held, depth"
-
-    @classmethod
-    def from_row(cls, row: Row) -> QueueDepth:
-        return cls(*row)
-
 
 @dataclass(frozen=True, slots=True)
-class CounterRow:
+class CounterRow(Answer):
     """One bucket of one job name's counters (shards summed)."""
 
     name: str
@@ -327,15 +267,9 @@ class CounterRow:
     dead: int
     duration_ms: int
 
-    COLUMNS = "name, tier, bucket, done, retried, failed, dead, duration_ms"
-
-    @classmethod
-    def from_row(cls, row: Row) -> CounterRow:
-        return cls(*row)
-
 
 @dataclass(frozen=True, slots=True)
-class CounterTotal:
+class CounterTotal(Answer):
     """One job name's counters summed over a time range."""
 
     name: str
@@ -344,9 +278,3 @@ class CounterTotal:
     failed: int
     dead: int
     duration_ms: int
-
-    COLUMNS = "name, done, retried, failed, dead, duration_ms"
-
-    @classmethod
-    def from_row(cls, row: Row) -> CounterTotal:
-        return cls(*row)

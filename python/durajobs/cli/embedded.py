@@ -12,13 +12,7 @@ import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from durajobs.errors import DurajobsError
-
-
-class EmbeddedUnavailable(DurajobsError):
-    code = "X_EMBEDDED_UNAVAILABLE"
-    fix = "pip install 'durajobs[embedded]', or set DATABASE_URL to a Postgres you run"
-
+from durajobs.errors import EmbeddedUnavailable
 
 # initdb refuses root, so pgserver run as root first makes a system user "pgserver" with useradd,
 # which lives in /usr/sbin: a root shell whose PATH leaves that out cannot start the server.

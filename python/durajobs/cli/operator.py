@@ -141,26 +141,6 @@ def _optional_instant(text: str | None, option: str) -> datetime | None:
     return None if text is None else instant(text, option)
 
 
-# the fixes jobs.error_codes gives are SQL calls; an operator at a shell gets the command
-_COMMAND_FIXES = {
-    "X_JOB_NOT_FOUND": "check the id: durajobs jobs list --id-prefix <its first characters>",
-    "X_JOB_NOT_CANCELLABLE": (
-        "a finished job stays as it ended; durajobs jobs requeue {id} runs it again"
-    ),
-    "X_JOB_NOT_REQUEUEABLE": (
-        "only a finished job requeues: wait for it, or durajobs jobs cancel {id} first"
-    ),
-    "X_JOB_DUPLICATE": (
-        "live job {existing_id} holds the key and does this work: durajobs jobs show {existing_id}"
-    ),
-    "X_JOB_NOT_REMOVABLE": "cancel the running job first: durajobs jobs cancel {id}",
-    "X_JOB_NOT_PROMOTABLE": "only a delayed job, or a ready one backing off, can be made due now",
-    "X_JOB_PAGE_INVALID": (
-        "pass --limit from 1 to 200, and --after or --before (not both) with an id a page printed"
-    ),
-}
-
-
 class _Blanks(dict[str, Any]):
     """A refusal's detail, naming a missing key as itself, so a fix always formats."""
 
@@ -175,7 +155,8 @@ def _speaking_commands(run: Run) -> Run:
         try:
             return run(args)
         except DurajobsError as error:
-            fix = _COMMAND_FIXES.get(error.code)
+            # the fixes jobs.error_codes gives are SQL calls; a shell user gets the command
+            fix = error.shell_fix
             if fix is not None:
                 error.hint = fix.format_map(_Blanks(error.detail))
             raise

@@ -14,14 +14,9 @@ from datetime import datetime
 
 from durajobs._values.durations import parse_duration
 from durajobs.declare.registry import Registry
-from durajobs.errors import ArgumentInvalid, DurajobsError
+from durajobs.errors import ArgumentInvalid, DatabaseUrlMissing
 from durajobs.services import retention as windows
 from durajobs.services.retention import Retention
-
-
-class DatabaseUrlMissing(DurajobsError):
-    code = "X_DATABASE_URL_MISSING"
-    fix = "pass --database-url postgresql://... or export DATABASE_URL"
 
 
 def database_url(given: str | None) -> str:

@@ -19,8 +19,9 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
 from croniter import croniter
 
 from durajobs._db.calls import Call
-from durajobs._values.durations import DeclarationInvalid, positive_count
+from durajobs._values.durations import positive_count
 from durajobs._values.records import EnqueueResult
+from durajobs.errors import DeclarationInvalid
 
 
 class EntryJob(Protocol):

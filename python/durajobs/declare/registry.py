@@ -25,13 +25,14 @@ from durajobs._db.transactions import (
     is_async,
     sync_connection,
 )
-from durajobs._values.durations import DeclarationInvalid, Duration, parse_duration
+from durajobs._values.durations import Duration, parse_duration
 from durajobs._values.records import EnqueueResult
 from durajobs.client import Client
 from durajobs.declare.cron import DEFAULT_MAX_CATCH_UP, CatchUp, Entries, Task, declare_task
 from durajobs.declare.retry import RetryPolicy
 from durajobs.errors import (
     ArgumentInvalid,
+    DeclarationInvalid,
     DriverUnavailable,
     IdempotencyRequired,
     JobDuplicate,

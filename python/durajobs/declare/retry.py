@@ -14,8 +14,8 @@ from datetime import timedelta
 from enum import StrEnum
 from typing import Literal
 
-from durajobs._values.durations import DeclarationInvalid, Duration, parse_duration, positive_count
-from durajobs.errors import ErrorCodeDuplicate
+from durajobs._values.durations import Duration, parse_duration, positive_count
+from durajobs.errors import DeclarationInvalid, ErrorCodeDuplicate
 
 DEFAULT_ATTEMPTS = 20
 DEFAULT_DELAY = timedelta(seconds=1)

@@ -25,13 +25,13 @@ from uuid import UUID
 from pydantic import BaseModel
 
 from durajobs._db import calls
-from durajobs._values.durations import DeclarationInvalid
 from durajobs._values.records import ClaimedJob, EventLookup, StepRecord
 from durajobs._values.states import NackTarget, StepStatus
 from durajobs.declare.registry import Job, Registry, Settled
 from durajobs.declare.retry import ErrorClass, classify
 from durajobs.errors import (
     Aborted,
+    DeclarationInvalid,
     Draining,
     DurajobsError,
     JobCancelled,
