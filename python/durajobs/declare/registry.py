@@ -19,6 +19,7 @@ from pydantic import BaseModel, ValidationError
 
 from durajobs._db import calls
 from durajobs._db.execute import check_schema, check_schema_async, execute, execute_async
+from durajobs._db.pool import SyncPool
 from durajobs._db.transactions import (
     async_connection,
     current_transaction,
@@ -301,6 +302,7 @@ class Registry:
         self.outbox = outbox
         self.mode = mode
         self._schema_checked = False  # once per registry: a missing or old schema names the fix
+        self._direct: SyncPool | None = None  # the enqueues that join no transaction
 
     def job(
         self,
@@ -461,16 +463,21 @@ class Registry:
         return transaction, True
 
     def run(self, call: calls.Call[T], using: object = None) -> T:
-        """Run `call` in `using`'s transaction, or on a short autocommit connection."""
+        """Run `call` in `using`'s transaction, or on a pooled autocommit connection."""
         if isinstance(using, Client):
             return using.run(call)
         if using is not None:
             connection = sync_connection(using)
             self._check(connection)
             return execute(connection, call)
-        with psycopg.connect(self._url(), autocommit=True) as fresh:
-            self._check(fresh)
-            return execute(fresh, call)
+        if self._direct is None:
+            self._direct = SyncPool(self._url())
+        return self._direct.run(call)
+
+    def close(self) -> None:
+        """Close the connections direct enqueues keep open (a later enqueue opens them again)."""
+        if self._direct is not None:
+            self._direct.close()
 
     async def run_async(self, call: calls.Call[T], using: object = None) -> T:
         if using is not None:
