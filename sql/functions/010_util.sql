@@ -15,7 +15,7 @@ $$;
 
 -- jobs._now: the one clock every function reads. A test pins it with
 -- `set local durajobs.now = '2026-01-01 00:00:00+00'`; unset, it is the transaction's now().
--- Answers a timestamptz. Raises nothing. Introduced in revision 0001.
+-- Answers a timestamptz. Raises nothing.
 create function jobs._now()
 returns timestamptz
 language sql
@@ -27,7 +27,7 @@ $$;
 
 -- jobs._uuid_v7_many: n time-ordered uuids (RFC 9562 version 7) made by one statement, for a
 -- batch: a function call per row cost more than the row's insert.
--- Answers uuid[] of n elements (empty for n < 1). Raises nothing. Introduced in revision 0007.
+-- Answers uuid[] of n elements (empty for n < 1). Raises nothing.
 create function jobs._uuid_v7_many(n integer)
 returns uuid[]
 language sql
@@ -51,10 +51,9 @@ $$;
 
 -- jobs._uuid_v7: a time-ordered uuid (RFC 9562 version 7), so ids sort by creation and new rows
 -- land at the right edge of every id index.
--- Answers a uuid. Raises nothing. Introduced in revision 0001; since revision 0007 one element of
--- jobs._uuid_v7_many, which holds the only copy of the formula. PL/pgSQL since revision 0010: as
--- a SQL function it re-planned the SQL function it calls on every call, about 50 us of a single
--- enqueue; now about 9.
+-- Answers a uuid. Raises nothing. One element of jobs._uuid_v7_many, which holds the only copy
+-- of the formula. PL/pgSQL, not SQL: a SQL function would re-plan the SQL function it calls on
+-- every call, about 50 us of a single enqueue against about 9.
 create function jobs._uuid_v7()
 returns uuid
 language plpgsql
@@ -67,7 +66,7 @@ end;
 $$;
 
 -- jobs.job_states: every state a job row can be in, in lifecycle order.
--- Answers text[]. Raises nothing. Introduced in revision 0001.
+-- Answers text[]. Raises nothing.
 create function jobs.job_states()
 returns text[]
 language sql
@@ -78,7 +77,7 @@ as $$
 $$;
 
 -- jobs.live_states: the states that hold an idempotency key and can still run.
--- Answers text[]. Raises nothing. Introduced in revision 0001.
+-- Answers text[]. Raises nothing.
 create function jobs.live_states()
 returns text[]
 language sql
@@ -89,7 +88,7 @@ as $$
 $$;
 
 -- jobs.step_statuses: every status a step record can have.
--- Answers text[]. Raises nothing. Introduced in revision 0001.
+-- Answers text[]. Raises nothing.
 create function jobs.step_statuses()
 returns text[]
 language sql
@@ -138,7 +137,6 @@ insert into jobs.error_codes (code, sqlstate, fix) values
 -- jobs._raise: raise the registered error `code` with its SQLSTATE, a message that starts with
 -- the code, structured detail (a JSON object that always carries the code) and the fix as hint.
 -- Raises the code itself; an unregistered code raises JQ000 (a bug in durajobs).
--- Introduced in revision 0001.
 create function jobs._raise(code text, message text, detail jsonb default '{}', hint text default null)
 returns void
 language plpgsql
@@ -166,7 +164,7 @@ end;
 $$;
 
 -- jobs._invalid: raise X_ARGUMENT_INVALID naming the function, the argument and what is wrong.
--- Raises X_ARGUMENT_INVALID. Introduced in revision 0001.
+-- Raises X_ARGUMENT_INVALID.
 create function jobs._invalid(function_name text, argument text, problem text)
 returns void
 language sql

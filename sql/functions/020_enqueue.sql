@@ -34,8 +34,8 @@ create type jobs._enqueue_request as (
 -- jobs._check_enqueue: refuse a request a caller could not have meant.
 -- Arguments: the calling function's name, a prefix naming the request (e.g. 'requests[3].'), and
 -- the request's fields. Raises X_ARGUMENT_INVALID, X_JOB_INPUT_INVALID, X_IDEMPOTENCY_REQUIRED.
--- Locks nothing. Introduced in revision 0001. jobs.enqueue_many finds the first request to refuse
--- with the same tests (since revision 0007): change both together.
+-- Locks nothing. jobs.enqueue_many finds the first request to refuse with the same tests: change
+-- both together.
 create function jobs._check_enqueue(
   function_name text,
   prefix text,
@@ -93,7 +93,7 @@ end;
 $$;
 
 -- jobs._check_on_conflict: refuse an on_conflict policy other than 'dedupe' or 'error'.
--- Raises X_ARGUMENT_INVALID. Locks nothing. Introduced in revision 0001.
+-- Raises X_ARGUMENT_INVALID. Locks nothing.
 create function jobs._check_on_conflict(function_name text, on_conflict text)
 returns void
 language plpgsql
@@ -110,7 +110,6 @@ $$;
 -- jobs._find_live: the live job holding (name, tenant, key), exactly as wide as the unique index
 -- (coalesce on both sides, so tenantless rows match each other and never a tenant's row).
 -- Answers (id, run_id, true), or NULL when no live row holds the key. Locks nothing.
--- Introduced in revision 0001.
 create function jobs._find_live(name text, tenant_id text, idempotency_key text)
 returns jobs.enqueue_result
 language plpgsql
@@ -136,12 +135,10 @@ $$;
 -- another transaction created in the same 250 ms slot, due at once and STILL WAITING, already
 -- announced it: the workers it woke are claiming and will find this row too. A row of the slot
 -- that was already claimed says nothing about this one (its worker may be idle again), so it
--- does not silence the wake (since revision 0006; before, a second job 50 ms after the first
--- waited for the poll).
+-- does not silence the wake: a second job 50 ms after the first would wait for the poll.
 -- Rows of the calling transaction share its created_at and are skipped: Postgres folds identical
 -- notifications of one transaction anyway. Answers whether it notified. Locks nothing.
--- Reads the slot's rows of the queue by (queue, created_at), whatever the statistics say (since
--- revision 0010). Introduced in revision 0001.
+-- Reads the slot's rows of the queue by (queue, created_at), whatever the statistics say.
 create function jobs._announce(queue text, created_at timestamptz)
 returns boolean
 language plpgsql
@@ -194,9 +191,9 @@ $$;
 -- on_conflict => 'error' (detail.reason 'key_held' or 'id_exists'), and always when the given id
 -- already names a different job (name, tenant or key differ: 'id_taken'); X_DRIVER_UNAVAILABLE
 -- when two inserts conflict and no row explains why (the unique index is missing).
--- A run_id not given is the job's own id (since revision 0011; a random uuid before), so only a
--- job that continues another's run is in jobs_run_shared_idx.
--- Locks: the unique indexes. Introduced in revision 0001.
+-- A run_id not given is the job's own id, so only a job that continues another's run is in
+-- jobs_run_shared_idx.
+-- Locks: the unique indexes.
 create function jobs.enqueue(
   name text,
   input jsonb,
@@ -308,9 +305,8 @@ $$;
 -- jobs._check_request_shapes: refuse a jobs.enqueue_many requests array (a JSON array) whose
 -- shape is wrong, naming the first culprit: an element that is not an object, then a key that is
 -- not an argument of jobs.enqueue, then an explicit null where jobs.enqueue refuses NULL (never
--- read as the default), then a JSON object or array where a text argument goes (it was stored
--- as its JSON text before revision 0009). Raises X_ARGUMENT_INVALID. Locks nothing. Introduced
--- in revision 0009 (the first three checks were in jobs.enqueue_many).
+-- read as the default), then a JSON object or array where a text argument goes (refused, never
+-- stored as its JSON text). Raises X_ARGUMENT_INVALID. Locks nothing.
 create function jobs._check_request_shapes(requests jsonb)
 returns void
 language plpgsql
@@ -394,11 +390,10 @@ $$;
 -- Raises what jobs.enqueue raises, naming the request (requests[3].name); under
 -- on_conflict => 'error' the first duplicate raises (detail.reason 'key_held', 'id_exists', or
 -- 'key_repeated' for a key repeated inside the batch) and nothing is inserted.
--- Locks: the unique indexes. One wake per queue per statement. Introduced in revision 0001;
--- since revision 0009 a batch with nothing to refuse and nothing to dedupe is checked in one
--- pass and answered without a lookup, and a deduped request's holder is found by a join (the
--- checks, and a call per deduped request, had cost about as much as the insert); since
--- revision 0011 a run_id not given is the job's own id, as in jobs.enqueue.
+-- Locks: the unique indexes. One wake per queue per statement. A batch with nothing to refuse and
+-- nothing to dedupe is checked in one pass and answered without a lookup, and a deduped request's
+-- holder is found by a join: checking each request on its own, and a call per deduped request,
+-- cost about as much as the insert. A run_id not given is the job's own id, as in jobs.enqueue.
 create function jobs.enqueue_many(requests jsonb, on_conflict text default 'dedupe')
 returns setof jobs.enqueue_result
 language plpgsql
@@ -441,7 +436,7 @@ begin
               x.name,
               coalesce(x.queue, 'default'),
               -- a JSON null input stays jsonb 'null' (the recordset makes it SQL NULL), so the
-              -- refusal says "got null" as it always did
+              -- refusal says "got null", as jobs.enqueue's does
               coalesce(x.input,
                        case when requests -> (x.ord::integer - 1) ? 'input' then 'null'::jsonb end),
               x.idempotency_key,
@@ -551,7 +546,7 @@ begin
         from unnest(v_pending) r
         left join unnest(v_inserted) as ins(id) on ins.id = r.id
         -- a probe of the primary key per request that needs one: as a plain join the planner
-        -- hashed a scan of the whole table, even on fresh statistics (since revision 0010)
+        -- hashes a scan of the whole table, even on fresh statistics
         left join lateral (
           select b.id, b.run_id
             from jobs.jobs b
@@ -561,7 +556,7 @@ begin
           offset 0
         ) by_id on true
         -- the live holder, as jobs._find_live finds it, in the statement rather than a call
-        -- per request (since revision 0009: the calls cost more than a batch's insert)
+        -- per request: the calls cost more than a batch's insert
         left join lateral (
           select j.id, j.run_id
             from jobs.jobs j

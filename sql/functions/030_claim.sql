@@ -44,8 +44,8 @@ returns setof jobs.claimed_job
 language plpgsql
 volatile
 set search_path = pg_catalog, pg_temp
--- the statements' plans are kept: re-planning them on every call, as the plan cache chose to,
--- was most of an idle worker's pickup claim
+-- the statements' plans are kept: re-planning them on every call, as the plan cache would
+-- choose to, is most of an idle worker's pickup claim
 set plan_cache_mode = force_generic_plan
 as $$
 declare

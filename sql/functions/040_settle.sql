@@ -1,8 +1,8 @@
 -- 040_settle: end or renew an attempt: ack, nack, heartbeat and their batch forms.
 --
--- Tables: jobs.jobs (update), jobs.counter_buckets (since revision 0006 every ack and counted
--- nack adds to its job name's counters in the settling statement). Locks: the settled row, and
--- the settling backend's own counter shard.
+-- Tables: jobs.jobs (update), jobs.counter_buckets (every ack and counted nack adds to its job
+-- name's counters in the settling statement). Locks: the settled row, and the settling backend's
+-- own counter shard.
 -- Fence: every call matches only a row that is still 'running' under the caller's worker id AND
 -- claim token. 'running' lets a cancel stick (the cancelled body's ack matches nothing); the
 -- token stops a body whose lease lapsed from settling the attempt that replaced it, even one
@@ -14,7 +14,7 @@ create type jobs.settle_result as (
 );
 
 -- jobs._check_fence: refuse a settle call missing its fence.
--- Raises X_ARGUMENT_INVALID. Locks nothing. Introduced in revision 0001.
+-- Raises X_ARGUMENT_INVALID. Locks nothing.
 create function jobs._check_fence(function_name text, id uuid, worker_id text, claim bigint)
 returns void
 language plpgsql
@@ -37,7 +37,7 @@ $$;
 -- jobs.ack_v1: mark a claimed job done.
 -- Arguments: id, worker_id, claim (the token from jobs.claim_v1).
 -- Answers whether it landed (false: the attempt no longer owns the row).
--- Raises X_ARGUMENT_INVALID. Locks the row. Introduced in revision 0001.
+-- Raises X_ARGUMENT_INVALID. Locks the row.
 create function jobs.ack_v1(id uuid, worker_id text, claim bigint)
 returns boolean
 language plpgsql
@@ -75,8 +75,7 @@ $$;
 -- jobs.ack_many_v1: ack many claimed jobs of one worker in one statement.
 -- Arguments: worker_id, ids and claims (parallel arrays of equal length).
 -- Answers (id, landed) per id, in input order. Raises X_ARGUMENT_INVALID. Locks the rows this
--- worker holds under those claims, in id order. Introduced in revision 0001; since revision 0007
--- each row is read by primary key.
+-- worker holds under those claims, in id order, each read by primary key.
 create function jobs.ack_many_v1(worker_id text, ids uuid[], claims bigint[])
 returns setof jobs.settle_result
 language plpgsql
@@ -101,9 +100,9 @@ begin
       select r.id, r.claim, r.ord
         from unnest(ids, claims) with ordinality as r(id, claim, ord)
     ),
-    -- each row by primary key, locked, then judged: with the fence in the join the planner
-    -- read every live row of the table through a partial index whose statistics said no row
-    -- was running (`offset 0` keeps the fence out of the lookup)
+    -- each row by primary key, locked, then judged: with the fence in the join the planner can
+    -- read every live row of the table through a partial index whose statistics say no row is
+    -- running (`offset 0` keeps the fence out of the lookup)
     held as materialized (
       select l.id
         -- one lock order for every caller
@@ -153,7 +152,6 @@ $$;
 -- (written only when error is given: a shed writes nothing). A counted 'ready' on the final
 -- attempt (attempt >= max_attempts) ends 'dead' instead: the row never runs past its budget.
 -- Answers whether it landed. Raises X_ARGUMENT_INVALID. Locks the row.
--- Introduced in revision 0001.
 create function jobs.nack_v1(
   id uuid,
   worker_id text,
@@ -242,7 +240,6 @@ $$;
 -- counts_as_attempt, error, error_code, error_stack optional).
 -- Answers (id, landed) per element, in input order. Raises X_ARGUMENT_INVALID (an unknown key
 -- names its element; a value of the wrong type names the value). Locks the rows.
--- Introduced in revision 0001.
 create function jobs.nack_many_v1(worker_id text, nacks jsonb)
 returns setof jobs.settle_result
 language plpgsql
@@ -314,7 +311,7 @@ $$;
 -- Arguments: id, worker_id, claim, visibility (30 s from now).
 -- Answers 'ok' (renewed), 'cancelled' (an operator cancelled the row this attempt held: stop,
 -- it is not a loss) or 'lost' (another claim owns the row, it finished, or it is gone).
--- Raises X_ARGUMENT_INVALID. Locks the row. Introduced in revision 0001.
+-- Raises X_ARGUMENT_INVALID. Locks the row.
 create function jobs.heartbeat_v1(
   id uuid,
   worker_id text,

@@ -18,7 +18,7 @@ create type jobs.step_record as (
 
 -- jobs.steps_v1: a run's step records, in the order they started.
 -- Arguments: run_id. Answers one jobs.step_record per step. Raises X_ARGUMENT_INVALID.
--- Locks nothing. Introduced in revision 0001.
+-- Locks nothing.
 create function jobs.steps_v1(run_id uuid)
 returns setof jobs.step_record
 language plpgsql
@@ -46,7 +46,6 @@ $$;
 -- Raises X_JOB_CANCELLED (the job was cancelled), X_JOB_LEASE_LOST (another claim owns the job,
 -- it finished, or it is gone), X_STEP_DUPLICATE (the step already completed in this run),
 -- X_ARGUMENT_INVALID. Locks: the job row (share), then the step row.
--- Introduced in revision 0001.
 create function jobs.record_step_v1(
   id uuid,
   worker_id text,

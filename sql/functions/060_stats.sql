@@ -4,7 +4,7 @@
 
 -- dead rows of a queue, for its dead count: the other counted states have their index already
 -- (jobs_claim_idx, jobs_lease_idx), so the stats read no finished row. Rows enter it only as
--- they die, so the hot path never pays for it. Introduced in revision 0008.
+-- they die, so the hot path never pays for it.
 create index jobs_dead_idx
   on jobs.jobs (queue)
   where state = 'dead';
@@ -28,10 +28,10 @@ create type jobs.queue_stat as (
 -- Arguments: queues (NULL: every queue holding a counted job, and every paused queue; given:
 -- exactly those, zeros included).
 -- Answers one jobs.queue_stat per queue, ordered by queue. Locks nothing.
--- Since revision 0008 each state is read through the partial index that holds it, so the
--- finished rows of a queue, however many, are never read (a metrics scrape calls this). Since
--- revision 0010 a paused queue is listed even when it holds nothing counted: a pause taken
--- before the jobs come, or one that outlived them, was invisible. Introduced in revision 0001.
+-- Each state is read through the partial index that holds it, so the finished rows of a queue,
+-- however many, are never read (a metrics scrape calls this). A paused queue is listed even when
+-- it holds nothing counted: a pause taken before the jobs come, or one that outlived them, must
+-- show.
 create function jobs.queue_stats(queues text[] default null)
 returns setof jobs.queue_stat
 language plpgsql

@@ -5,7 +5,7 @@
 
 -- jobs.pause_queue: stop handing out the jobs of `queue`.
 -- Arguments: queue, paused_by (who, for the record). Answers true when this call paused it,
--- false when it was already paused. Raises X_ARGUMENT_INVALID. Introduced in revision 0001.
+-- false when it was already paused. Raises X_ARGUMENT_INVALID.
 create function jobs.pause_queue(queue text, paused_by text default null)
 returns boolean
 language plpgsql
@@ -25,7 +25,7 @@ $$;
 
 -- jobs.resume_queue: hand out the jobs of `queue` again, and wake its workers.
 -- Arguments: queue. Answers true when this call resumed it, false when it was not paused.
--- Raises X_ARGUMENT_INVALID. Introduced in revision 0001.
+-- Raises X_ARGUMENT_INVALID.
 create function jobs.resume_queue(queue text)
 returns boolean
 language plpgsql

@@ -10,7 +10,7 @@
 -- Answers true. Raises X_JOB_NOT_FOUND (no such id), X_JOB_NOT_REQUEUEABLE (the job is live:
 -- requeueing it would run it twice), X_JOB_DUPLICATE (a live job holds its idempotency key),
 -- X_ARGUMENT_INVALID (from_step names no step of the run). Locks: the job row, then its steps.
--- Wakes the job's queue. Introduced in revision 0001.
+-- Wakes the job's queue.
 create function jobs.requeue(id uuid, from_step text default null)
 returns boolean
 language plpgsql

@@ -8,7 +8,6 @@
 -- Arguments: id; reason (optional, kept in last_error).
 -- Answers true. Raises X_JOB_NOT_CANCELLABLE (the job is finished, and is left exactly as it
 -- ended, or no job has that id), X_ARGUMENT_INVALID. Locks the row.
--- Introduced in revision 0001.
 create function jobs.cancel(id uuid, reason text default null)
 returns boolean
 language plpgsql

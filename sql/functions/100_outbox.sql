@@ -44,8 +44,8 @@ create type jobs.outbox_record as (
 -- Arguments: those of jobs.enqueue but id and on_conflict (the staged row's id becomes the
 -- job's id; a live holder of the key is found at publish).
 -- Answers (id, run_id, false): the ids the job will have. Raises what jobs.enqueue's argument
--- checks raise. Locks nothing but the new row. Introduced in revision 0002; since revision
--- 0011 a run_id not given is the row's (the job's) own id, as in jobs.enqueue.
+-- checks raise. Locks nothing but the new row. A run_id not given is the row's (the job's) own
+-- id, as in jobs.enqueue.
 create function jobs.outbox_stage(
   name text,
   input jsonb,
@@ -76,7 +76,7 @@ begin
 
   -- silent while a committed row waits unclaimed: its relay is already on the way. In the
   -- unpublished index's order, so the test reads waiting rows only: as an exists, the planner
-  -- scanned the table, published history first (since revision 0010)
+  -- scans the table, published history first
   if (select 1
         from jobs.outbox o
        where o.published_at is null
@@ -106,7 +106,7 @@ end;
 $$;
 
 -- jobs._check_relay: refuse a relay call without a claimant or with an impossible lease.
--- Raises X_ARGUMENT_INVALID. Locks nothing. Introduced in revision 0002.
+-- Raises X_ARGUMENT_INVALID. Locks nothing.
 create function jobs._check_relay(function_name text, relay_id text, ids uuid[])
 returns void
 language plpgsql
@@ -132,7 +132,6 @@ $$;
 -- Arguments: relay_id, batch_size (100), lease (30 s; positive, at most a day).
 -- Answers the claimed rows in (staged_at, seq) order. Raises X_ARGUMENT_INVALID.
 -- Locks: an advisory lock for the claiming transaction, then the rows it answers.
--- Introduced in revision 0002.
 create function jobs.outbox_claim(
   relay_id text,
   batch_size integer default 100,
@@ -200,7 +199,7 @@ $$;
 -- jobs.outbox_mark_published: record that relay_id published these rows. Fenced: only rows
 -- this relay still holds under a live lease, not yet published (the first writer wins).
 -- Arguments: relay_id, ids. Answers the ids it marked. Raises X_ARGUMENT_INVALID.
--- Locks: the rows it marks. Introduced in revision 0002.
+-- Locks: the rows it marks.
 create function jobs.outbox_mark_published(relay_id text, ids uuid[])
 returns setof uuid
 language plpgsql
@@ -227,7 +226,6 @@ $$;
 -- stopped its batch), so the next pass takes them at once instead of after the lease.
 -- Fenced like jobs.outbox_mark_published. Arguments: relay_id, ids.
 -- Answers how many rows it released. Raises X_ARGUMENT_INVALID. Locks: those rows.
--- Introduced in revision 0002.
 create function jobs.outbox_release(relay_id text, ids uuid[])
 returns integer
 language plpgsql
@@ -252,7 +250,7 @@ end;
 $$;
 
 -- jobs._publish: enqueue one staged request under the outbox row's own ids.
--- Answers jobs.enqueue's answer. Raises what jobs.enqueue raises. Introduced in revision 0002.
+-- Answers jobs.enqueue's answer. Raises what jobs.enqueue raises.
 create function jobs._publish(staged jobs.outbox_record)
 returns jobs.enqueue_result
 language sql
@@ -282,7 +280,6 @@ $$;
 -- Answers one (id, run_id, deduped) per published row, in publish order. Claims are serialised,
 -- so a second relay waits for this transaction rather than publish rows behind it.
 -- Raises X_ARGUMENT_INVALID and what jobs.enqueue raises. Locks: the claimed outbox rows.
--- Introduced in revision 0002.
 create function jobs.outbox_relay(relay_id text, batch_size integer default 100)
 returns setof jobs.enqueue_result
 language plpgsql

@@ -33,7 +33,6 @@ create type jobs.event_lookup as (
 -- that match on it; a wait without a match takes any event of the name); ttl (7 days).
 -- Answers the event's id. Raises X_ARGUMENT_INVALID. Locks: the waiting job rows it wakes.
 -- Wakes: pg_notify('jobs_wake', <queue>) once per queue of the runs it made due, on commit.
--- Introduced in revision 0003.
 create function jobs.publish_event(
   name text,
   payload jsonb default '{}',
@@ -94,7 +93,7 @@ $$;
 -- `correlation_key` when one is given; also answers the database's now, the one clock a wait's
 -- timeout is judged on.
 -- Answers one jobs.event_lookup (found = false and NULL fields when there is none).
--- Raises X_ARGUMENT_INVALID. Locks nothing. Introduced in revision 0003.
+-- Raises X_ARGUMENT_INVALID. Locks nothing.
 create function jobs.find_event(
   name text,
   correlation_key text default null,

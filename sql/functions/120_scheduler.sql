@@ -34,7 +34,7 @@ create type jobs.task_state as (
 -- jobs.scheduler_arm: register a task, or read it back. A new task's watermark is `watermark`
 -- (the scheduler passes now, so a new task does not catch up on its past); an existing task
 -- keeps its own, so a restarted scheduler catches up on what it missed.
--- Answers the task's jobs.task_state. Raises X_ARGUMENT_INVALID. Introduced in revision 0004.
+-- Answers the task's jobs.task_state. Raises X_ARGUMENT_INVALID.
 create function jobs.scheduler_arm(task text, watermark timestamptz)
 returns jobs.task_state
 language plpgsql
@@ -71,7 +71,7 @@ $$;
 -- the watermark) enqueues nothing.
 -- Answers the jobs' (id, run_id, deduped), in request order; nothing when fenced or paused.
 -- Raises X_ARGUMENT_INVALID and what jobs.enqueue_many raises. Locks: the task row, then the
--- jobs it inserts. Introduced in revision 0004.
+-- jobs it inserts.
 create function jobs.scheduler_fire(
   task text,
   occurrence timestamptz,
@@ -140,7 +140,6 @@ $$;
 -- jobs.scheduler_skip: move a task's watermark forward without firing (arming past an outage
 -- under the skip policy, or a paused task's due occurrence). Never moves it back.
 -- Answers whether it moved. Raises X_ARGUMENT_INVALID. Locks the task row.
--- Introduced in revision 0004.
 create function jobs.scheduler_skip(task text, watermark timestamptz)
 returns boolean
 language plpgsql
@@ -164,7 +163,7 @@ $$;
 -- are the same call, made every renewal interval by leader and standbys alike.
 -- Arguments: holder, ttl (30 s), name ('scheduler').
 -- Answers whether `holder` leads until now + ttl. Raises X_ARGUMENT_INVALID.
--- Locks the lease row. Introduced in revision 0004.
+-- Locks the lease row.
 create function jobs.scheduler_lead(
   holder text,
   ttl interval default interval '30 seconds',
@@ -197,7 +196,7 @@ $$;
 
 -- jobs.scheduler_resign: give the lease up at once, if `holder` holds it (a clean stop; an
 -- abandoned round never calls it, so the lease runs out on its own).
--- Answers whether it was held. Introduced in revision 0004.
+-- Answers whether it was held.
 create function jobs.scheduler_resign(holder text, name text default 'scheduler')
 returns boolean
 language plpgsql
@@ -214,7 +213,6 @@ $$;
 
 -- jobs.pause_task / jobs.resume_task: a paused task's due occurrences pass without firing.
 -- Answer whether the call changed anything. Raise X_ARGUMENT_INVALID for an unknown task.
--- Introduced in revision 0004.
 create function jobs.pause_task(task text)
 returns boolean
 language plpgsql
@@ -252,7 +250,7 @@ end;
 $$;
 
 -- jobs.task_fires: every task's watermark, last fire and pause state (at most 1,000 tasks).
--- Answers jobs.task_state rows ordered by task. Locks nothing. Introduced in revision 0004.
+-- Answers jobs.task_state rows ordered by task. Locks nothing.
 create function jobs.task_fires()
 returns setof jobs.task_state
 language sql

@@ -31,7 +31,6 @@ create type jobs.bulk_result as (
 -- jobs._listed_queues: the queues jobs.list_jobs reads: `queue` when given, else every queue
 -- name in jobs.jobs, each found with one descent of jobs_queue_created_idx (the next name after
 -- the last), not by reading the rows. Answers setof text, in name order. Raises nothing.
--- Introduced in revision 0008.
 create function jobs._listed_queues(queue text)
 returns setof text
 language sql
@@ -59,12 +58,12 @@ $$;
 -- neither skipped nor repeated. A short page is the last one.
 -- Reads jobs_queue_created_idx: the asked queue's rows from the cursor on, or, without a queue,
 -- each queue's in turn (one index descent finds the next queue name) merged into one page.
--- Since revision 0008 no index on (created_at, id) alone: it cost every insert and update of
--- the hot path an entry. The per-queue seek reads up to a page per queue, so an unfiltered
--- page over thousands of queues, or a filter a large queue never matches, reads more than it
--- did; pass the queue when you know it.
+-- No index on (created_at, id) alone: it would cost every insert and update of the hot path an
+-- entry. The per-queue seek reads up to a page per queue, so an unfiltered page over thousands of
+-- queues, or a filter a large queue never matches, reads many entries; pass the queue when you
+-- know it.
 -- Raises X_JOB_PAGE_INVALID (page_size out of range, both cursors, a cursor naming no job),
--- X_ARGUMENT_INVALID. Locks nothing. Introduced in revision 0005.
+-- X_ARGUMENT_INVALID. Locks nothing.
 create function jobs.list_jobs(
   queue text default null,
   name text default null,
@@ -181,8 +180,8 @@ $$;
 -- jobs.remove: delete a job that is not running, and its run's steps once no row of the run
 -- is left. Arguments: id. Answers true.
 -- Raises X_JOB_NOT_FOUND, X_JOB_NOT_REMOVABLE (it is running: cancel it first).
--- Locks: the job row, then its steps. Introduced in revision 0005; since revision 0011 whether
--- a row of the run is left is two index probes (jobs._run_stands), not a read of the table.
+-- Locks: the job row, then its steps. Whether a row of the run is left is two index probes
+-- (jobs._run_stands), not a read of the table.
 create function jobs.remove(id uuid)
 returns boolean
 language plpgsql
@@ -213,7 +212,7 @@ $$;
 -- jobs.promote: make a waiting job due now: a delayed one, or a ready one backing off.
 -- Arguments: id. Answers true. Wakes its queue.
 -- Raises X_JOB_NOT_FOUND, X_JOB_NOT_PROMOTABLE (it is not waiting on its run_at).
--- Locks the row. Introduced in revision 0005.
+-- Locks the row.
 create function jobs.promote(id uuid)
 returns boolean
 language plpgsql
@@ -251,7 +250,7 @@ end;
 $$;
 
 -- jobs._bulk_check: refuse a bulk call without a state in its list.
--- Raises X_ARGUMENT_INVALID. Introduced in revision 0005.
+-- Raises X_ARGUMENT_INVALID.
 create function jobs._bulk_check(function_name text, state text, allowed text[])
 returns void
 language plpgsql
@@ -272,10 +271,9 @@ $$;
 -- Answers (affected, remaining): remaining counts the rows a next call could still move, as of
 -- the call's snapshot.
 -- Raises X_ARGUMENT_INVALID. Locks the rows it moves (skip locked). Wakes their queues.
--- Introduced in revision 0005; since revision 0009 it finds the movable rows once a call, with
--- a join to the live rows instead of a jobs._find_live call per finished row (about 1.7 s a
--- pass next to 200,000 finished rows, and a call made two passes), and checks each row's state
--- again under its lock (before, a row claimed since the call read it was reset to ready).
+-- Finds the movable rows once a call, with a join to the live rows rather than a jobs._find_live
+-- call per finished row (about 1.7 s a pass next to 200,000 finished rows), and checks each row's
+-- state again under its lock, so a row claimed since the call read it is not reset to ready.
 create function jobs.requeue_many(
   state text,
   queue text default null,
@@ -348,10 +346,10 @@ $$;
 
 -- jobs.remove_many: delete jobs of one state (any but running), optionally of one queue, name
 -- and tenant, at most 1,000 a call, with the steps of runs no row is left of.
--- A call's rows are in no particular order (since revision 0008; oldest first before).
+-- A call's rows are in no particular order.
 -- Answers (affected, remaining). Raises X_ARGUMENT_INVALID. Locks the rows (skip locked), then
--- their steps. Introduced in revision 0005; since revision 0011 a run's remaining rows are two
--- index probes a run (jobs._run_stands), not a read of the table.
+-- their steps. Whether a run has a row left is two index probes a run (jobs._run_stands), not a
+-- read of the table.
 create function jobs.remove_many(
   state text,
   queue text default null,
@@ -372,8 +370,8 @@ begin
                            array['ready', 'delayed', 'suspended', 'done', 'failed', 'dead',
                                  'cancelled']);
   with batch as materialized (
-    -- in no particular order: every row of the state goes, and since revision 0008 no index
-    -- orders the table by age (a sort of the whole state came before the first row locked)
+    -- in no particular order: every row of the state goes, and no index orders the table by age
+    -- (an order by age would sort the whole state before the first row is locked)
     select j.id
       from jobs.jobs j
      where j.state = remove_many.state
@@ -411,7 +409,7 @@ $$;
 -- jobs.promote_many: make waiting jobs of one state (delayed, or ready backing off) due now,
 -- optionally of one queue, name and tenant, at most 1,000 a call.
 -- Answers (affected, remaining: rows still waiting on their run_at). Raises X_ARGUMENT_INVALID.
--- Locks the rows (skip locked). Wakes their queues. Introduced in revision 0005.
+-- Locks the rows (skip locked). Wakes their queues.
 create function jobs.promote_many(
   state text,
   queue text default null,

@@ -20,7 +20,7 @@ create table jobs.workers (
 );
 
 -- jobs._check_worker: refuse a registry call missing its worker id or with a useless TTL.
--- Raises X_ARGUMENT_INVALID. Locks nothing. Introduced in revision 0006.
+-- Raises X_ARGUMENT_INVALID. Locks nothing.
 create function jobs._check_worker(function_name text, worker_id text, ttl interval)
 returns void
 language plpgsql
@@ -43,7 +43,6 @@ $$;
 -- is not given. Also deletes every row that expired, so the table holds live workers and the
 -- few that died since the last announce.
 -- Raises X_ARGUMENT_INVALID. Locks the worker's row and the expired rows.
--- Introduced in revision 0006.
 create function jobs.worker_announce(
   worker_id text,
   host text,
@@ -99,7 +98,7 @@ $$;
 -- jobs.worker_heartbeat: keep a worker's row live for another ttl and record what it holds.
 -- Arguments: worker_id, in_flight (the job ids it runs; the first 100 are kept), ttl (30 s).
 -- Answers false when the row is gone (expired and swept, or forgotten): announce again.
--- Raises X_ARGUMENT_INVALID. Locks the worker's row. Introduced in revision 0006.
+-- Raises X_ARGUMENT_INVALID. Locks the worker's row.
 create function jobs.worker_heartbeat(
   worker_id text,
   in_flight uuid[] default '{}',
@@ -133,7 +132,7 @@ $$;
 -- jobs.worker_draining: mark a worker as draining (it claims nothing more and hands its work
 -- back). The first mark's time is kept.
 -- Arguments: worker_id. Answers false when the worker has no row.
--- Raises X_ARGUMENT_INVALID. Locks the worker's row. Introduced in revision 0006.
+-- Raises X_ARGUMENT_INVALID. Locks the worker's row.
 create function jobs.worker_draining(worker_id text)
 returns boolean
 language plpgsql
@@ -152,7 +151,7 @@ $$;
 
 -- jobs.worker_forget: delete a worker's row, as a worker does when it stops.
 -- Arguments: worker_id. Answers whether a row was deleted.
--- Raises X_ARGUMENT_INVALID. Locks the worker's row. Introduced in revision 0006.
+-- Raises X_ARGUMENT_INVALID. Locks the worker's row.
 create function jobs.worker_forget(worker_id text)
 returns boolean
 language plpgsql
@@ -169,7 +168,6 @@ $$;
 
 -- jobs.workers_live: every worker whose row has not expired, oldest first.
 -- Answers one row per worker (the registry's columns) ordered by started_at, id. Locks nothing.
--- Introduced in revision 0006.
 create function jobs.workers_live()
 returns table (id text, host text, pid integer, queues text[], slots integer, in_flight uuid[],
                in_flight_count integer, started_at timestamptz, heartbeat_at timestamptz,

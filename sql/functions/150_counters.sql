@@ -6,8 +6,8 @@
 -- so a count never disagrees with the rows. Each backend writes one of 64 shards of a minute
 -- (its pid modulo 64), so concurrent workers rarely meet on one row, and only briefly when they
 -- do. jobs.rollup_counters folds shards and tiers: 1-minute buckets for 24 hours, 5-minute for
--- 7 days, 1-hour for 30 days, then gone. Every
--- settled attempt sits in exactly one row at any time, so readers sum across tiers.
+-- 7 days, 1-hour for 30 days, then gone. Every settled attempt sits in exactly one row at any
+-- time, so readers sum across tiers.
 
 create table jobs.counter_buckets (
   tier text not null,
@@ -28,7 +28,7 @@ create index counter_buckets_name_idx
   on jobs.counter_buckets (name, bucket);
 
 -- jobs._bucket: the start of the bucket of width `width` holding `at`, aligned on the Unix epoch
--- in UTC whatever the session's time zone. Introduced in revision 0006.
+-- in UTC whatever the session's time zone.
 create function jobs._bucket(width interval, at timestamptz)
 returns timestamptz
 language sql
@@ -43,7 +43,6 @@ $$;
 -- ('done', 'retried', 'failed', 'dead'; NULL adds nothing) and the attempts' claimed_at (their
 -- duration runs from it to settled_at). NULL arrays add nothing.
 -- Answers the number of counter rows written. Locks this backend's shard rows of the minute.
--- Introduced in revision 0006.
 create function jobs._count_settled(
   settled_at timestamptz,
   names text[],
@@ -92,7 +91,6 @@ $$;
 -- buckets of `to_width` (shard 0), adding to what is there; to_tier NULL deletes them.
 -- Moving deletes, so a second call finds nothing to move: the fold is idempotent.
 -- Answers the number of rows moved. Locks the moved rows and their targets.
--- Introduced in revision 0006.
 create function jobs._fold_counters(
   from_tier text,
   older_than timestamptz,
@@ -136,7 +134,6 @@ $$;
 -- 1-hour ones, and 1-hour buckets older than 30 days are deleted. The scheduler leader runs it
 -- once a minute; running it again, or from two sessions at once, changes no total.
 -- Answers (tier, moved): the rows each step moved out of that tier. Locks the moved rows.
--- Introduced in revision 0006.
 create function jobs.rollup_counters()
 returns table (tier text, moved bigint)
 language plpgsql
@@ -177,7 +174,6 @@ create type jobs.counter_row as (
 -- jobs.counters: one job name's counter history since `since`, every tier, oldest first.
 -- Arguments: name (NULL: every name), since (NULL: an hour ago).
 -- Answers one jobs.counter_row per (name, tier, bucket), shards summed. Locks nothing.
--- Introduced in revision 0006.
 create function jobs.counters(name text default null, since timestamptz default null)
 returns setof jobs.counter_row
 language sql
@@ -196,7 +192,6 @@ $$;
 -- jobs.counter_totals: per job name, the totals since `since` (NULL: an hour ago).
 -- A bucket is counted whole when it starts at or after `since`.
 -- Answers (name, done, retried, failed, dead, duration_ms) ordered by name. Locks nothing.
--- Introduced in revision 0006.
 create function jobs.counter_totals(since timestamptz default null)
 returns table (name text, done bigint, retried bigint, failed bigint, dead bigint,
                duration_ms bigint)

@@ -8,7 +8,7 @@
 -- Arguments: id, worker_id, claim (the attempt's fence), done (at least 0), total (NULL when
 -- unknown; else at least 0), both finite, note (NULL, at most 1,000 characters).
 -- Writes progress = {"done", "total", "note", "at"} on the row. Answers whether it landed.
--- Raises X_ARGUMENT_INVALID. Locks the row. Introduced in revision 0006.
+-- Raises X_ARGUMENT_INVALID. Locks the row.
 create function jobs.progress_v1(
   id uuid,
   worker_id text,

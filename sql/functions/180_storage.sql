@@ -2,15 +2,15 @@
 --
 -- Tables: jobs.jobs, jobs.steps, jobs.outbox (storage parameters only). Every job is inserted,
 -- then updated at least twice (claimed, settled), and no update can be HOT (each moves an
--- indexed column or a partial index's predicate), so a busy queue leaves two dead tuples per job. The defaults wait for 20 %
--- of the table to be dead before vacuuming; here a vacuum starts after 1,000 dead tuples plus
--- 2 % of the table, and runs without cost delays, so the claim's index scans stay short.
--- Introduced in revision 0006.
--- Statistics are taken again after 2,000 changed rows, whatever the table's size (since
--- revision 0010; before, after 5 % of it). A big history of finished rows and a quiet spell let
--- the last sample hold no live row; until the next one, the planner took the partial indexes of
--- live rows for empty and read a whole backlog through them on a by-id write. At 5 % of a
--- million rows that lasted for 50,000 changes. jobs.steps and jobs.outbox grow the same way.
+-- indexed column or a partial index's predicate), so a busy queue leaves two dead tuples per
+-- job. The defaults wait for 20 % of the table to be dead before vacuuming; here a vacuum starts
+-- after 1,000 dead tuples plus 2 % of the table, and runs without cost delays, so the claim's
+-- index scans stay short.
+-- Statistics are taken again after 2,000 changed rows, whatever the table's size, not after the
+-- default 5 % of it. A big history of finished rows and a quiet spell can leave the last sample
+-- holding no live row; until the next one, the planner takes the partial indexes of live rows
+-- for empty and reads a whole backlog through them on a by-id write. At 5 % of a million rows
+-- that would last for 50,000 changes. jobs.steps and jobs.outbox grow the same way.
 
 alter table jobs.jobs set (
   autovacuum_vacuum_threshold = 1000,

@@ -5,12 +5,12 @@
 -- Tables: jobs.jobs, jobs.steps, jobs.outbox, jobs.events (delete). Also here: how a run's rows
 -- are found (jobs_run_shared_idx, jobs._run_stands, used by jobs.remove and jobs.remove_many
 -- too); the default run_id of jobs.enqueue, jobs.enqueue_many and jobs.outbox_stage is the
--- job's own id, which keeps that index small (the functions themselves stay in their files). Lock order: job rows (skip
--- locked), then their runs' steps, then outbox rows (skip locked), then events (skip locked).
+-- job's own id, which keeps that index small (the functions themselves stay in their files).
+-- Lock order: job rows (skip locked), then their runs' steps, then outbox rows (skip locked),
+-- then events (skip locked).
 -- Calls are serialised by a transaction-scoped advisory lock: two purges splitting one run
 -- between them would each see the other's row still standing and leave the run's steps behind.
 -- One clock reading a call (jobs._now()).
--- Introduced in revision 0011.
 
 -- the finished rows by age, one index per window: with one index for both, every call would walk
 -- the whole band of failed and dead rows kept for 90 days before reaching the done rows that
@@ -24,10 +24,9 @@ create index jobs_ended_idx
   where state in ('failed', 'dead', 'cancelled');
 
 -- the jobs that continue another job's run. A job enqueued without a run_id has its own id as
--- run_id (since this revision), so a run's rows are the row whose id is the run's plus the rows
--- of this index: whether a run has a row left is two index probes, not a read of the table. A
--- new job enters it only when enqueued with another's run_id; rows made before this revision
--- (a random run_id each) are all in it until they are deleted.
+-- run_id, so a run's rows are the row whose id is the run's plus the rows of this index: whether
+-- a run has a row left is two index probes, not a read of the table. A job enters it only when
+-- enqueued with another's run_id.
 create index jobs_run_shared_idx
   on jobs.jobs (run_id)
   where run_id <> id;
@@ -35,7 +34,7 @@ create index jobs_run_shared_idx
 -- jobs._run_stands: whether a job row of the run is left: the row whose id is the run's (a job
 -- enqueued without a run_id), or one continuing the run (jobs_run_shared_idx, its predicate
 -- spelled out so the planner can prove it). Two index probes.
--- Answers boolean. Raises nothing. Locks nothing. Introduced in revision 0011.
+-- Answers boolean. Raises nothing. Locks nothing.
 create function jobs._run_stands(run_id uuid)
 returns boolean
 language sql
@@ -53,8 +52,7 @@ $$;
 -- jobs._outbox_awaits: whether an unpublished outbox row of this database names the job id: its
 -- relay published it and stopped before marking the row, so the row will be published again,
 -- and the job must stay to meet that publish (jobs.enqueue dedupes on the id) or it runs twice.
--- A primary key probe. Answers boolean. Raises nothing. Locks nothing. Introduced in revision
--- 0011.
+-- A primary key probe. Answers boolean. Raises nothing. Locks nothing.
 create function jobs._outbox_awaits(id uuid)
 returns boolean
 language sql
@@ -83,7 +81,7 @@ create type jobs.purge_result as (
 -- Arguments: done_after (default 14 days), ended_after (90 days), published_after (7 days),
 -- batch_size (1..10000, default 1000: at most that many jobs of each window, outbox rows and
 -- events a call). Answers (jobs, steps, outbox, events) deleted; call again until all are 0.
--- Raises X_ARGUMENT_INVALID. Locks: see the file's head. Introduced in revision 0011.
+-- Raises X_ARGUMENT_INVALID. Locks: see the file's head.
 create function jobs.purge(
   done_after interval default interval '14 days',
   ended_after interval default interval '90 days',

@@ -105,9 +105,9 @@ select indexes_are('jobs', 'jobs',
                          'jobs_lease_idx', 'jobs_queue_created_idx', 'jobs_dead_idx',
                          'jobs_done_idx', 'jobs_ended_idx', 'jobs_run_shared_idx'],
                    'jobs.jobs carries no index the functions do not use (each costs every insert '
-                   'and, as no update is HOT, every claim and settle it covers); since revision '
-                   '0008 none on (created_at, id) alone; since 0011 the two of finished rows by '
-                   'age that jobs.purge walks, and the one of jobs continuing another''s run');
+                   'and, as no update is HOT, every claim and settle it covers): none on '
+                   '(created_at, id) alone; the two of finished rows by age that jobs.purge '
+                   'walks, and the one of jobs continuing another''s run');
 select has_index('jobs', 'jobs', 'jobs_dead_idx', array['queue'],
                  'the dead-rows index is on queue');
 select ok(
@@ -135,7 +135,7 @@ select types_are('jobs', array['enqueue_result', '_enqueue_request', 'claimed_jo
 select has_composite('jobs', 'enqueue_result', 'jobs.enqueue_result exists');
 
 -- the hot table is vacuumed early: two dead tuples a job, no HOT update possible; and it is
--- analyzed after a fixed count of changes, like the steps and the outbox (since revision 0010)
+-- analyzed after a fixed count of changes, like the steps and the outbox
 -- (compared as sets: `alter table ... set` moves a changed option to the end)
 select is((select array_agg(o order by o)
              from pg_class c, unnest(c.reloptions) o where c.oid = 'jobs.jobs'::regclass),

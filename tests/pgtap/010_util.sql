@@ -4,7 +4,7 @@ begin;
 select plan(29);
 
 -- jobs.version: the installed schema version is 1
-select is(jobs.version(), 1, 'jobs.version() answers 1 (revision 0001)');
+select is(jobs.version(), 1, 'jobs.version() answers 1, the baseline revision');
 
 -- jobs._now honours durajobs.now, and follows it when it changes mid-transaction
 set local durajobs.now = '2026-01-01 00:00:00+00';

@@ -429,7 +429,8 @@ select throws_ok(
   $$select * from jobs.enqueue_many($j$[{"name": "mb", "input": {}, "idempotency_key": "k-mb-1"}, "mb"]$j$)$$,
   'JQ001', null, 'enqueue_many: an element that is not an object raises JQ001');
 -- the shape checks run only when one pass over the array finds something wrong; they still
--- name the first culprit, checking in the order they always did (revision 0009)
+-- name the first culprit, checking in their order: an element that is not an object, an
+-- unknown key, an explicit null, a JSON object or array where a text argument goes
 select throws_like(
   $$select * from jobs.enqueue_many($j$[{"name": "mb", "input": {}, "idempotency_key": "k-mb-1"}, 7]$j$)$$,
   '%requests must hold JSON objects only', 'enqueue_many: a number among the requests is named');
@@ -455,7 +456,6 @@ select throws_like(
                                        {"name": "mb", "input": {}, "idempotency_key": "k-mb-3", "priority": null}]$j$)$$,
   '%requests[3].priority must not be null%', 'enqueue_many: an explicit null priority is named');
 -- a JSON object or array where a text argument goes is refused, not stored as its JSON text
--- (revision 0009)
 select throws_like(
   $$select * from jobs.enqueue_many($j$[{"name": "mb", "input": {}, "idempotency_key": "k-mb-1"},
                                        {"name": "mb", "input": {}, "idempotency_key": "k-mb-2", "queue": {"q": 1}}]$j$)$$,
@@ -584,9 +584,9 @@ select isnt(:'r7f_id'::uuid, :'r7h_id'::uuid, 'R7: the fresh row''s id is not th
 select is((jobs_test.job(:'r7h_id')).state, 'done', 'R7: the holder is done');
 select is((jobs_test.job(:'r7f_id')).state, 'ready', 'R7: the fresh row is ready');
 
--- the same race in enqueue_many, which finds the holder in a join (since revision 0009): a
--- trigger after each insert statement finishes the listed holder once the insert has met it,
--- before the lookup; the second pass inserts
+-- the same race in enqueue_many, which finds the holder in a join: a trigger after each insert
+-- statement finishes the listed holder once the insert has met it, before the lookup; the second
+-- pass inserts
 create table jobs_test.finish_after_insert (id uuid primary key);
 create sequence jobs_test.insert_statements;
 create function jobs_test.count_insert_and_finish_listed()

@@ -1,7 +1,7 @@
 -- 060_stats: jobs.queue_stats: one bucket per row, a shed row counts as ready (R9), a parked
 -- row never sets oldest_ready_age (R10), zero rows for named empty queues, the paused flag.
--- Since revision 0008 it reads each counted state through its partial index: a queue's
--- finished rows are never read, however many there are (a metrics scrape calls it).
+-- It reads each counted state through its partial index: a queue's finished rows are never
+-- read, however many there are (a metrics scrape calls it).
 begin;
 \ir fixtures/factory.sql
 select plan(23);

@@ -23,7 +23,7 @@ select is(:'s1_deduped'::boolean, false, 'stage answers deduped = false');
 select is(substr(replace(:'s1_id', '-', ''), 13, 1), '7', 'stage: the answered id is a uuid v7');
 select isnt(:'s1_run_id'::uuid, null, 'R17: stage answers a run_id');
 select is(:'s1_run_id'::uuid, :'s1_id'::uuid,
-          'R17: the run_id is the job''s own id (since revision 0011), which names the job''s run');
+          'R17: the run_id is the job''s own id, which names the job''s run');
 select is((select count(*) from jobs.outbox where id = :'s1_id'), 1::bigint,
           'stage: the answered id is the outbox row''s id');
 select is((select run_id from jobs.outbox where id = :'s1_id'), :'s1_run_id'::uuid,

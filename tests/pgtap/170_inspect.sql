@@ -227,7 +227,7 @@ select results_eq(
            ('qd-future', 0::bigint, 0::bigint, 0::bigint, 0::bigint)$$,
   'queue_depth() answers every queue with live work by queue, the paused one and the one with '
     || 'only finished rows left out, a not-yet-due delayed row not counted');
--- the clock is read once a call, not once a row (since revision 0010)
+-- the clock is read once a call, not once a row
 set local track_functions = 'all';
 select coalesce(pg_stat_get_xact_function_calls('jobs._now()'::regprocedure), 0) as now_calls
   \gset

@@ -1,6 +1,6 @@
 """Retention against a real Postgres: jobs.purge from two sessions at once (R73), Client.purge,
 `durajobs jobs purge`, and the scheduler leader's hourly sweep (R70). What each window keeps and
-deletes, row by row, is pgTAP's 200_purge."""
+deletes, row by row, is pgTAP's 190_purge."""
 
 from __future__ import annotations
 

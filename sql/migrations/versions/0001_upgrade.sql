@@ -108,7 +108,7 @@ $$;
 
 -- jobs._now: the one clock every function reads. A test pins it with
 -- `set local durajobs.now = '2026-01-01 00:00:00+00'`; unset, it is the transaction's now().
--- Answers a timestamptz. Raises nothing. Introduced in revision 0001.
+-- Answers a timestamptz. Raises nothing.
 create function jobs._now()
 returns timestamptz
 language sql
@@ -120,7 +120,7 @@ $$;
 
 -- jobs._uuid_v7_many: n time-ordered uuids (RFC 9562 version 7) made by one statement, for a
 -- batch: a function call per row cost more than the row's insert.
--- Answers uuid[] of n elements (empty for n < 1). Raises nothing. Introduced in revision 0007.
+-- Answers uuid[] of n elements (empty for n < 1). Raises nothing.
 create function jobs._uuid_v7_many(n integer)
 returns uuid[]
 language sql
@@ -144,10 +144,9 @@ $$;
 
 -- jobs._uuid_v7: a time-ordered uuid (RFC 9562 version 7), so ids sort by creation and new rows
 -- land at the right edge of every id index.
--- Answers a uuid. Raises nothing. Introduced in revision 0001; since revision 0007 one element of
--- jobs._uuid_v7_many, which holds the only copy of the formula. PL/pgSQL since revision 0010: as
--- a SQL function it re-planned the SQL function it calls on every call, about 50 us of a single
--- enqueue; now about 9.
+-- Answers a uuid. Raises nothing. One element of jobs._uuid_v7_many, which holds the only copy
+-- of the formula. PL/pgSQL, not SQL: a SQL function would re-plan the SQL function it calls on
+-- every call, about 50 us of a single enqueue against about 9.
 create function jobs._uuid_v7()
 returns uuid
 language plpgsql
@@ -160,7 +159,7 @@ end;
 $$;
 
 -- jobs.job_states: every state a job row can be in, in lifecycle order.
--- Answers text[]. Raises nothing. Introduced in revision 0001.
+-- Answers text[]. Raises nothing.
 create function jobs.job_states()
 returns text[]
 language sql
@@ -171,7 +170,7 @@ as $$
 $$;
 
 -- jobs.live_states: the states that hold an idempotency key and can still run.
--- Answers text[]. Raises nothing. Introduced in revision 0001.
+-- Answers text[]. Raises nothing.
 create function jobs.live_states()
 returns text[]
 language sql
@@ -182,7 +181,7 @@ as $$
 $$;
 
 -- jobs.step_statuses: every status a step record can have.
--- Answers text[]. Raises nothing. Introduced in revision 0001.
+-- Answers text[]. Raises nothing.
 create function jobs.step_statuses()
 returns text[]
 language sql
@@ -231,7 +230,6 @@ insert into jobs.error_codes (code, sqlstate, fix) values
 -- jobs._raise: raise the registered error `code` with its SQLSTATE, a message that starts with
 -- the code, structured detail (a JSON object that always carries the code) and the fix as hint.
 -- Raises the code itself; an unregistered code raises JQ000 (a bug in durajobs).
--- Introduced in revision 0001.
 create function jobs._raise(code text, message text, detail jsonb default '{}', hint text default null)
 returns void
 language plpgsql
@@ -259,7 +257,7 @@ end;
 $$;
 
 -- jobs._invalid: raise X_ARGUMENT_INVALID naming the function, the argument and what is wrong.
--- Raises X_ARGUMENT_INVALID. Introduced in revision 0001.
+-- Raises X_ARGUMENT_INVALID.
 create function jobs._invalid(function_name text, argument text, problem text)
 returns void
 language sql
@@ -308,8 +306,8 @@ create type jobs._enqueue_request as (
 -- jobs._check_enqueue: refuse a request a caller could not have meant.
 -- Arguments: the calling function's name, a prefix naming the request (e.g. 'requests[3].'), and
 -- the request's fields. Raises X_ARGUMENT_INVALID, X_JOB_INPUT_INVALID, X_IDEMPOTENCY_REQUIRED.
--- Locks nothing. Introduced in revision 0001. jobs.enqueue_many finds the first request to refuse
--- with the same tests (since revision 0007): change both together.
+-- Locks nothing. jobs.enqueue_many finds the first request to refuse with the same tests: change
+-- both together.
 create function jobs._check_enqueue(
   function_name text,
   prefix text,
@@ -367,7 +365,7 @@ end;
 $$;
 
 -- jobs._check_on_conflict: refuse an on_conflict policy other than 'dedupe' or 'error'.
--- Raises X_ARGUMENT_INVALID. Locks nothing. Introduced in revision 0001.
+-- Raises X_ARGUMENT_INVALID. Locks nothing.
 create function jobs._check_on_conflict(function_name text, on_conflict text)
 returns void
 language plpgsql
@@ -384,7 +382,6 @@ $$;
 -- jobs._find_live: the live job holding (name, tenant, key), exactly as wide as the unique index
 -- (coalesce on both sides, so tenantless rows match each other and never a tenant's row).
 -- Answers (id, run_id, true), or NULL when no live row holds the key. Locks nothing.
--- Introduced in revision 0001.
 create function jobs._find_live(name text, tenant_id text, idempotency_key text)
 returns jobs.enqueue_result
 language plpgsql
@@ -410,12 +407,10 @@ $$;
 -- another transaction created in the same 250 ms slot, due at once and STILL WAITING, already
 -- announced it: the workers it woke are claiming and will find this row too. A row of the slot
 -- that was already claimed says nothing about this one (its worker may be idle again), so it
--- does not silence the wake (since revision 0006; before, a second job 50 ms after the first
--- waited for the poll).
+-- does not silence the wake: a second job 50 ms after the first would wait for the poll.
 -- Rows of the calling transaction share its created_at and are skipped: Postgres folds identical
 -- notifications of one transaction anyway. Answers whether it notified. Locks nothing.
--- Reads the slot's rows of the queue by (queue, created_at), whatever the statistics say (since
--- revision 0010). Introduced in revision 0001.
+-- Reads the slot's rows of the queue by (queue, created_at), whatever the statistics say.
 create function jobs._announce(queue text, created_at timestamptz)
 returns boolean
 language plpgsql
@@ -468,9 +463,9 @@ $$;
 -- on_conflict => 'error' (detail.reason 'key_held' or 'id_exists'), and always when the given id
 -- already names a different job (name, tenant or key differ: 'id_taken'); X_DRIVER_UNAVAILABLE
 -- when two inserts conflict and no row explains why (the unique index is missing).
--- A run_id not given is the job's own id (since revision 0011; a random uuid before), so only a
--- job that continues another's run is in jobs_run_shared_idx.
--- Locks: the unique indexes. Introduced in revision 0001.
+-- A run_id not given is the job's own id, so only a job that continues another's run is in
+-- jobs_run_shared_idx.
+-- Locks: the unique indexes.
 create function jobs.enqueue(
   name text,
   input jsonb,
@@ -582,9 +577,8 @@ $$;
 -- jobs._check_request_shapes: refuse a jobs.enqueue_many requests array (a JSON array) whose
 -- shape is wrong, naming the first culprit: an element that is not an object, then a key that is
 -- not an argument of jobs.enqueue, then an explicit null where jobs.enqueue refuses NULL (never
--- read as the default), then a JSON object or array where a text argument goes (it was stored
--- as its JSON text before revision 0009). Raises X_ARGUMENT_INVALID. Locks nothing. Introduced
--- in revision 0009 (the first three checks were in jobs.enqueue_many).
+-- read as the default), then a JSON object or array where a text argument goes (refused, never
+-- stored as its JSON text). Raises X_ARGUMENT_INVALID. Locks nothing.
 create function jobs._check_request_shapes(requests jsonb)
 returns void
 language plpgsql
@@ -668,11 +662,10 @@ $$;
 -- Raises what jobs.enqueue raises, naming the request (requests[3].name); under
 -- on_conflict => 'error' the first duplicate raises (detail.reason 'key_held', 'id_exists', or
 -- 'key_repeated' for a key repeated inside the batch) and nothing is inserted.
--- Locks: the unique indexes. One wake per queue per statement. Introduced in revision 0001;
--- since revision 0009 a batch with nothing to refuse and nothing to dedupe is checked in one
--- pass and answered without a lookup, and a deduped request's holder is found by a join (the
--- checks, and a call per deduped request, had cost about as much as the insert); since
--- revision 0011 a run_id not given is the job's own id, as in jobs.enqueue.
+-- Locks: the unique indexes. One wake per queue per statement. A batch with nothing to refuse and
+-- nothing to dedupe is checked in one pass and answered without a lookup, and a deduped request's
+-- holder is found by a join: checking each request on its own, and a call per deduped request,
+-- cost about as much as the insert. A run_id not given is the job's own id, as in jobs.enqueue.
 create function jobs.enqueue_many(requests jsonb, on_conflict text default 'dedupe')
 returns setof jobs.enqueue_result
 language plpgsql
@@ -715,7 +708,7 @@ begin
               x.name,
               coalesce(x.queue, 'default'),
               -- a JSON null input stays jsonb 'null' (the recordset makes it SQL NULL), so the
-              -- refusal says "got null" as it always did
+              -- refusal says "got null", as jobs.enqueue's does
               coalesce(x.input,
                        case when requests -> (x.ord::integer - 1) ? 'input' then 'null'::jsonb end),
               x.idempotency_key,
@@ -825,7 +818,7 @@ begin
         from unnest(v_pending) r
         left join unnest(v_inserted) as ins(id) on ins.id = r.id
         -- a probe of the primary key per request that needs one: as a plain join the planner
-        -- hashed a scan of the whole table, even on fresh statistics (since revision 0010)
+        -- hashes a scan of the whole table, even on fresh statistics
         left join lateral (
           select b.id, b.run_id
             from jobs.jobs b
@@ -835,7 +828,7 @@ begin
           offset 0
         ) by_id on true
         -- the live holder, as jobs._find_live finds it, in the statement rather than a call
-        -- per request (since revision 0009: the calls cost more than a batch's insert)
+        -- per request: the calls cost more than a batch's insert
         left join lateral (
           select j.id, j.run_id
             from jobs.jobs j
@@ -1005,8 +998,8 @@ returns setof jobs.claimed_job
 language plpgsql
 volatile
 set search_path = pg_catalog, pg_temp
--- the statements' plans are kept: re-planning them on every call, as the plan cache chose to,
--- was most of an idle worker's pickup claim
+-- the statements' plans are kept: re-planning them on every call, as the plan cache would
+-- choose to, is most of an idle worker's pickup claim
 set plan_cache_mode = force_generic_plan
 as $$
 declare
@@ -1251,9 +1244,9 @@ $$;
 
 -- 040_settle: end or renew an attempt: ack, nack, heartbeat and their batch forms.
 --
--- Tables: jobs.jobs (update), jobs.counter_buckets (since revision 0006 every ack and counted
--- nack adds to its job name's counters in the settling statement). Locks: the settled row, and
--- the settling backend's own counter shard.
+-- Tables: jobs.jobs (update), jobs.counter_buckets (every ack and counted nack adds to its job
+-- name's counters in the settling statement). Locks: the settled row, and the settling backend's
+-- own counter shard.
 -- Fence: every call matches only a row that is still 'running' under the caller's worker id AND
 -- claim token. 'running' lets a cancel stick (the cancelled body's ack matches nothing); the
 -- token stops a body whose lease lapsed from settling the attempt that replaced it, even one
@@ -1265,7 +1258,7 @@ create type jobs.settle_result as (
 );
 
 -- jobs._check_fence: refuse a settle call missing its fence.
--- Raises X_ARGUMENT_INVALID. Locks nothing. Introduced in revision 0001.
+-- Raises X_ARGUMENT_INVALID. Locks nothing.
 create function jobs._check_fence(function_name text, id uuid, worker_id text, claim bigint)
 returns void
 language plpgsql
@@ -1288,7 +1281,7 @@ $$;
 -- jobs.ack_v1: mark a claimed job done.
 -- Arguments: id, worker_id, claim (the token from jobs.claim_v1).
 -- Answers whether it landed (false: the attempt no longer owns the row).
--- Raises X_ARGUMENT_INVALID. Locks the row. Introduced in revision 0001.
+-- Raises X_ARGUMENT_INVALID. Locks the row.
 create function jobs.ack_v1(id uuid, worker_id text, claim bigint)
 returns boolean
 language plpgsql
@@ -1326,8 +1319,7 @@ $$;
 -- jobs.ack_many_v1: ack many claimed jobs of one worker in one statement.
 -- Arguments: worker_id, ids and claims (parallel arrays of equal length).
 -- Answers (id, landed) per id, in input order. Raises X_ARGUMENT_INVALID. Locks the rows this
--- worker holds under those claims, in id order. Introduced in revision 0001; since revision 0007
--- each row is read by primary key.
+-- worker holds under those claims, in id order, each read by primary key.
 create function jobs.ack_many_v1(worker_id text, ids uuid[], claims bigint[])
 returns setof jobs.settle_result
 language plpgsql
@@ -1352,9 +1344,9 @@ begin
       select r.id, r.claim, r.ord
         from unnest(ids, claims) with ordinality as r(id, claim, ord)
     ),
-    -- each row by primary key, locked, then judged: with the fence in the join the planner
-    -- read every live row of the table through a partial index whose statistics said no row
-    -- was running (`offset 0` keeps the fence out of the lookup)
+    -- each row by primary key, locked, then judged: with the fence in the join the planner can
+    -- read every live row of the table through a partial index whose statistics say no row is
+    -- running (`offset 0` keeps the fence out of the lookup)
     held as materialized (
       select l.id
         -- one lock order for every caller
@@ -1404,7 +1396,6 @@ $$;
 -- (written only when error is given: a shed writes nothing). A counted 'ready' on the final
 -- attempt (attempt >= max_attempts) ends 'dead' instead: the row never runs past its budget.
 -- Answers whether it landed. Raises X_ARGUMENT_INVALID. Locks the row.
--- Introduced in revision 0001.
 create function jobs.nack_v1(
   id uuid,
   worker_id text,
@@ -1493,7 +1484,6 @@ $$;
 -- counts_as_attempt, error, error_code, error_stack optional).
 -- Answers (id, landed) per element, in input order. Raises X_ARGUMENT_INVALID (an unknown key
 -- names its element; a value of the wrong type names the value). Locks the rows.
--- Introduced in revision 0001.
 create function jobs.nack_many_v1(worker_id text, nacks jsonb)
 returns setof jobs.settle_result
 language plpgsql
@@ -1565,7 +1555,7 @@ $$;
 -- Arguments: id, worker_id, claim, visibility (30 s from now).
 -- Answers 'ok' (renewed), 'cancelled' (an operator cancelled the row this attempt held: stop,
 -- it is not a loss) or 'lost' (another claim owns the row, it finished, or it is gone).
--- Raises X_ARGUMENT_INVALID. Locks the row. Introduced in revision 0001.
+-- Raises X_ARGUMENT_INVALID. Locks the row.
 create function jobs.heartbeat_v1(
   id uuid,
   worker_id text,
@@ -1632,7 +1622,7 @@ create type jobs.step_record as (
 
 -- jobs.steps_v1: a run's step records, in the order they started.
 -- Arguments: run_id. Answers one jobs.step_record per step. Raises X_ARGUMENT_INVALID.
--- Locks nothing. Introduced in revision 0001.
+-- Locks nothing.
 create function jobs.steps_v1(run_id uuid)
 returns setof jobs.step_record
 language plpgsql
@@ -1660,7 +1650,6 @@ $$;
 -- Raises X_JOB_CANCELLED (the job was cancelled), X_JOB_LEASE_LOST (another claim owns the job,
 -- it finished, or it is gone), X_STEP_DUPLICATE (the step already completed in this run),
 -- X_ARGUMENT_INVALID. Locks: the job row (share), then the step row.
--- Introduced in revision 0001.
 create function jobs.record_step_v1(
   id uuid,
   worker_id text,
@@ -1755,7 +1744,7 @@ $$;
 
 -- dead rows of a queue, for its dead count: the other counted states have their index already
 -- (jobs_claim_idx, jobs_lease_idx), so the stats read no finished row. Rows enter it only as
--- they die, so the hot path never pays for it. Introduced in revision 0008.
+-- they die, so the hot path never pays for it.
 create index jobs_dead_idx
   on jobs.jobs (queue)
   where state = 'dead';
@@ -1779,10 +1768,10 @@ create type jobs.queue_stat as (
 -- Arguments: queues (NULL: every queue holding a counted job, and every paused queue; given:
 -- exactly those, zeros included).
 -- Answers one jobs.queue_stat per queue, ordered by queue. Locks nothing.
--- Since revision 0008 each state is read through the partial index that holds it, so the
--- finished rows of a queue, however many, are never read (a metrics scrape calls this). Since
--- revision 0010 a paused queue is listed even when it holds nothing counted: a pause taken
--- before the jobs come, or one that outlived them, was invisible. Introduced in revision 0001.
+-- Each state is read through the partial index that holds it, so the finished rows of a queue,
+-- however many, are never read (a metrics scrape calls this). A paused queue is listed even when
+-- it holds nothing counted: a pause taken before the jobs come, or one that outlived them, must
+-- show.
 create function jobs.queue_stats(queues text[] default null)
 returns setof jobs.queue_stat
 language plpgsql
@@ -1857,7 +1846,7 @@ $$;
 
 -- jobs.pause_queue: stop handing out the jobs of `queue`.
 -- Arguments: queue, paused_by (who, for the record). Answers true when this call paused it,
--- false when it was already paused. Raises X_ARGUMENT_INVALID. Introduced in revision 0001.
+-- false when it was already paused. Raises X_ARGUMENT_INVALID.
 create function jobs.pause_queue(queue text, paused_by text default null)
 returns boolean
 language plpgsql
@@ -1877,7 +1866,7 @@ $$;
 
 -- jobs.resume_queue: hand out the jobs of `queue` again, and wake its workers.
 -- Arguments: queue. Answers true when this call resumed it, false when it was not paused.
--- Raises X_ARGUMENT_INVALID. Introduced in revision 0001.
+-- Raises X_ARGUMENT_INVALID.
 create function jobs.resume_queue(queue text)
 returns boolean
 language plpgsql
@@ -1910,7 +1899,7 @@ $$;
 -- Answers true. Raises X_JOB_NOT_FOUND (no such id), X_JOB_NOT_REQUEUEABLE (the job is live:
 -- requeueing it would run it twice), X_JOB_DUPLICATE (a live job holds its idempotency key),
 -- X_ARGUMENT_INVALID (from_step names no step of the run). Locks: the job row, then its steps.
--- Wakes the job's queue. Introduced in revision 0001.
+-- Wakes the job's queue.
 create function jobs.requeue(id uuid, from_step text default null)
 returns boolean
 language plpgsql
@@ -2010,7 +1999,6 @@ $$;
 -- Arguments: id; reason (optional, kept in last_error).
 -- Answers true. Raises X_JOB_NOT_CANCELLABLE (the job is finished, and is left exactly as it
 -- ended, or no job has that id), X_ARGUMENT_INVALID. Locks the row.
--- Introduced in revision 0001.
 create function jobs.cancel(id uuid, reason text default null)
 returns boolean
 language plpgsql
@@ -2095,8 +2083,8 @@ create type jobs.outbox_record as (
 -- Arguments: those of jobs.enqueue but id and on_conflict (the staged row's id becomes the
 -- job's id; a live holder of the key is found at publish).
 -- Answers (id, run_id, false): the ids the job will have. Raises what jobs.enqueue's argument
--- checks raise. Locks nothing but the new row. Introduced in revision 0002; since revision
--- 0011 a run_id not given is the row's (the job's) own id, as in jobs.enqueue.
+-- checks raise. Locks nothing but the new row. A run_id not given is the row's (the job's) own
+-- id, as in jobs.enqueue.
 create function jobs.outbox_stage(
   name text,
   input jsonb,
@@ -2127,7 +2115,7 @@ begin
 
   -- silent while a committed row waits unclaimed: its relay is already on the way. In the
   -- unpublished index's order, so the test reads waiting rows only: as an exists, the planner
-  -- scanned the table, published history first (since revision 0010)
+  -- scans the table, published history first
   if (select 1
         from jobs.outbox o
        where o.published_at is null
@@ -2157,7 +2145,7 @@ end;
 $$;
 
 -- jobs._check_relay: refuse a relay call without a claimant or with an impossible lease.
--- Raises X_ARGUMENT_INVALID. Locks nothing. Introduced in revision 0002.
+-- Raises X_ARGUMENT_INVALID. Locks nothing.
 create function jobs._check_relay(function_name text, relay_id text, ids uuid[])
 returns void
 language plpgsql
@@ -2183,7 +2171,6 @@ $$;
 -- Arguments: relay_id, batch_size (100), lease (30 s; positive, at most a day).
 -- Answers the claimed rows in (staged_at, seq) order. Raises X_ARGUMENT_INVALID.
 -- Locks: an advisory lock for the claiming transaction, then the rows it answers.
--- Introduced in revision 0002.
 create function jobs.outbox_claim(
   relay_id text,
   batch_size integer default 100,
@@ -2251,7 +2238,7 @@ $$;
 -- jobs.outbox_mark_published: record that relay_id published these rows. Fenced: only rows
 -- this relay still holds under a live lease, not yet published (the first writer wins).
 -- Arguments: relay_id, ids. Answers the ids it marked. Raises X_ARGUMENT_INVALID.
--- Locks: the rows it marks. Introduced in revision 0002.
+-- Locks: the rows it marks.
 create function jobs.outbox_mark_published(relay_id text, ids uuid[])
 returns setof uuid
 language plpgsql
@@ -2278,7 +2265,6 @@ $$;
 -- stopped its batch), so the next pass takes them at once instead of after the lease.
 -- Fenced like jobs.outbox_mark_published. Arguments: relay_id, ids.
 -- Answers how many rows it released. Raises X_ARGUMENT_INVALID. Locks: those rows.
--- Introduced in revision 0002.
 create function jobs.outbox_release(relay_id text, ids uuid[])
 returns integer
 language plpgsql
@@ -2303,7 +2289,7 @@ end;
 $$;
 
 -- jobs._publish: enqueue one staged request under the outbox row's own ids.
--- Answers jobs.enqueue's answer. Raises what jobs.enqueue raises. Introduced in revision 0002.
+-- Answers jobs.enqueue's answer. Raises what jobs.enqueue raises.
 create function jobs._publish(staged jobs.outbox_record)
 returns jobs.enqueue_result
 language sql
@@ -2333,7 +2319,6 @@ $$;
 -- Answers one (id, run_id, deduped) per published row, in publish order. Claims are serialised,
 -- so a second relay waits for this transaction rather than publish rows behind it.
 -- Raises X_ARGUMENT_INVALID and what jobs.enqueue raises. Locks: the claimed outbox rows.
--- Introduced in revision 0002.
 create function jobs.outbox_relay(relay_id text, batch_size integer default 100)
 returns setof jobs.enqueue_result
 language plpgsql
@@ -2393,7 +2378,6 @@ create type jobs.event_lookup as (
 -- that match on it; a wait without a match takes any event of the name); ttl (7 days).
 -- Answers the event's id. Raises X_ARGUMENT_INVALID. Locks: the waiting job rows it wakes.
 -- Wakes: pg_notify('jobs_wake', <queue>) once per queue of the runs it made due, on commit.
--- Introduced in revision 0003.
 create function jobs.publish_event(
   name text,
   payload jsonb default '{}',
@@ -2454,7 +2438,7 @@ $$;
 -- `correlation_key` when one is given; also answers the database's now, the one clock a wait's
 -- timeout is judged on.
 -- Answers one jobs.event_lookup (found = false and NULL fields when there is none).
--- Raises X_ARGUMENT_INVALID. Locks nothing. Introduced in revision 0003.
+-- Raises X_ARGUMENT_INVALID. Locks nothing.
 create function jobs.find_event(
   name text,
   correlation_key text default null,
@@ -2524,7 +2508,7 @@ create type jobs.task_state as (
 -- jobs.scheduler_arm: register a task, or read it back. A new task's watermark is `watermark`
 -- (the scheduler passes now, so a new task does not catch up on its past); an existing task
 -- keeps its own, so a restarted scheduler catches up on what it missed.
--- Answers the task's jobs.task_state. Raises X_ARGUMENT_INVALID. Introduced in revision 0004.
+-- Answers the task's jobs.task_state. Raises X_ARGUMENT_INVALID.
 create function jobs.scheduler_arm(task text, watermark timestamptz)
 returns jobs.task_state
 language plpgsql
@@ -2561,7 +2545,7 @@ $$;
 -- the watermark) enqueues nothing.
 -- Answers the jobs' (id, run_id, deduped), in request order; nothing when fenced or paused.
 -- Raises X_ARGUMENT_INVALID and what jobs.enqueue_many raises. Locks: the task row, then the
--- jobs it inserts. Introduced in revision 0004.
+-- jobs it inserts.
 create function jobs.scheduler_fire(
   task text,
   occurrence timestamptz,
@@ -2630,7 +2614,6 @@ $$;
 -- jobs.scheduler_skip: move a task's watermark forward without firing (arming past an outage
 -- under the skip policy, or a paused task's due occurrence). Never moves it back.
 -- Answers whether it moved. Raises X_ARGUMENT_INVALID. Locks the task row.
--- Introduced in revision 0004.
 create function jobs.scheduler_skip(task text, watermark timestamptz)
 returns boolean
 language plpgsql
@@ -2654,7 +2637,7 @@ $$;
 -- are the same call, made every renewal interval by leader and standbys alike.
 -- Arguments: holder, ttl (30 s), name ('scheduler').
 -- Answers whether `holder` leads until now + ttl. Raises X_ARGUMENT_INVALID.
--- Locks the lease row. Introduced in revision 0004.
+-- Locks the lease row.
 create function jobs.scheduler_lead(
   holder text,
   ttl interval default interval '30 seconds',
@@ -2687,7 +2670,7 @@ $$;
 
 -- jobs.scheduler_resign: give the lease up at once, if `holder` holds it (a clean stop; an
 -- abandoned round never calls it, so the lease runs out on its own).
--- Answers whether it was held. Introduced in revision 0004.
+-- Answers whether it was held.
 create function jobs.scheduler_resign(holder text, name text default 'scheduler')
 returns boolean
 language plpgsql
@@ -2704,7 +2687,6 @@ $$;
 
 -- jobs.pause_task / jobs.resume_task: a paused task's due occurrences pass without firing.
 -- Answer whether the call changed anything. Raise X_ARGUMENT_INVALID for an unknown task.
--- Introduced in revision 0004.
 create function jobs.pause_task(task text)
 returns boolean
 language plpgsql
@@ -2742,7 +2724,7 @@ end;
 $$;
 
 -- jobs.task_fires: every task's watermark, last fire and pause state (at most 1,000 tasks).
--- Answers jobs.task_state rows ordered by task. Locks nothing. Introduced in revision 0004.
+-- Answers jobs.task_state rows ordered by task. Locks nothing.
 create function jobs.task_fires()
 returns setof jobs.task_state
 language sql
@@ -2788,7 +2770,6 @@ create type jobs.bulk_result as (
 -- jobs._listed_queues: the queues jobs.list_jobs reads: `queue` when given, else every queue
 -- name in jobs.jobs, each found with one descent of jobs_queue_created_idx (the next name after
 -- the last), not by reading the rows. Answers setof text, in name order. Raises nothing.
--- Introduced in revision 0008.
 create function jobs._listed_queues(queue text)
 returns setof text
 language sql
@@ -2816,12 +2797,12 @@ $$;
 -- neither skipped nor repeated. A short page is the last one.
 -- Reads jobs_queue_created_idx: the asked queue's rows from the cursor on, or, without a queue,
 -- each queue's in turn (one index descent finds the next queue name) merged into one page.
--- Since revision 0008 no index on (created_at, id) alone: it cost every insert and update of
--- the hot path an entry. The per-queue seek reads up to a page per queue, so an unfiltered
--- page over thousands of queues, or a filter a large queue never matches, reads more than it
--- did; pass the queue when you know it.
+-- No index on (created_at, id) alone: it would cost every insert and update of the hot path an
+-- entry. The per-queue seek reads up to a page per queue, so an unfiltered page over thousands of
+-- queues, or a filter a large queue never matches, reads many entries; pass the queue when you
+-- know it.
 -- Raises X_JOB_PAGE_INVALID (page_size out of range, both cursors, a cursor naming no job),
--- X_ARGUMENT_INVALID. Locks nothing. Introduced in revision 0005.
+-- X_ARGUMENT_INVALID. Locks nothing.
 create function jobs.list_jobs(
   queue text default null,
   name text default null,
@@ -2938,8 +2919,8 @@ $$;
 -- jobs.remove: delete a job that is not running, and its run's steps once no row of the run
 -- is left. Arguments: id. Answers true.
 -- Raises X_JOB_NOT_FOUND, X_JOB_NOT_REMOVABLE (it is running: cancel it first).
--- Locks: the job row, then its steps. Introduced in revision 0005; since revision 0011 whether
--- a row of the run is left is two index probes (jobs._run_stands), not a read of the table.
+-- Locks: the job row, then its steps. Whether a row of the run is left is two index probes
+-- (jobs._run_stands), not a read of the table.
 create function jobs.remove(id uuid)
 returns boolean
 language plpgsql
@@ -2970,7 +2951,7 @@ $$;
 -- jobs.promote: make a waiting job due now: a delayed one, or a ready one backing off.
 -- Arguments: id. Answers true. Wakes its queue.
 -- Raises X_JOB_NOT_FOUND, X_JOB_NOT_PROMOTABLE (it is not waiting on its run_at).
--- Locks the row. Introduced in revision 0005.
+-- Locks the row.
 create function jobs.promote(id uuid)
 returns boolean
 language plpgsql
@@ -3008,7 +2989,7 @@ end;
 $$;
 
 -- jobs._bulk_check: refuse a bulk call without a state in its list.
--- Raises X_ARGUMENT_INVALID. Introduced in revision 0005.
+-- Raises X_ARGUMENT_INVALID.
 create function jobs._bulk_check(function_name text, state text, allowed text[])
 returns void
 language plpgsql
@@ -3029,10 +3010,9 @@ $$;
 -- Answers (affected, remaining): remaining counts the rows a next call could still move, as of
 -- the call's snapshot.
 -- Raises X_ARGUMENT_INVALID. Locks the rows it moves (skip locked). Wakes their queues.
--- Introduced in revision 0005; since revision 0009 it finds the movable rows once a call, with
--- a join to the live rows instead of a jobs._find_live call per finished row (about 1.7 s a
--- pass next to 200,000 finished rows, and a call made two passes), and checks each row's state
--- again under its lock (before, a row claimed since the call read it was reset to ready).
+-- Finds the movable rows once a call, with a join to the live rows rather than a jobs._find_live
+-- call per finished row (about 1.7 s a pass next to 200,000 finished rows), and checks each row's
+-- state again under its lock, so a row claimed since the call read it is not reset to ready.
 create function jobs.requeue_many(
   state text,
   queue text default null,
@@ -3105,10 +3085,10 @@ $$;
 
 -- jobs.remove_many: delete jobs of one state (any but running), optionally of one queue, name
 -- and tenant, at most 1,000 a call, with the steps of runs no row is left of.
--- A call's rows are in no particular order (since revision 0008; oldest first before).
+-- A call's rows are in no particular order.
 -- Answers (affected, remaining). Raises X_ARGUMENT_INVALID. Locks the rows (skip locked), then
--- their steps. Introduced in revision 0005; since revision 0011 a run's remaining rows are two
--- index probes a run (jobs._run_stands), not a read of the table.
+-- their steps. Whether a run has a row left is two index probes a run (jobs._run_stands), not a
+-- read of the table.
 create function jobs.remove_many(
   state text,
   queue text default null,
@@ -3129,8 +3109,8 @@ begin
                            array['ready', 'delayed', 'suspended', 'done', 'failed', 'dead',
                                  'cancelled']);
   with batch as materialized (
-    -- in no particular order: every row of the state goes, and since revision 0008 no index
-    -- orders the table by age (a sort of the whole state came before the first row locked)
+    -- in no particular order: every row of the state goes, and no index orders the table by age
+    -- (an order by age would sort the whole state before the first row is locked)
     select j.id
       from jobs.jobs j
      where j.state = remove_many.state
@@ -3168,7 +3148,7 @@ $$;
 -- jobs.promote_many: make waiting jobs of one state (delayed, or ready backing off) due now,
 -- optionally of one queue, name and tenant, at most 1,000 a call.
 -- Answers (affected, remaining: rows still waiting on their run_at). Raises X_ARGUMENT_INVALID.
--- Locks the rows (skip locked). Wakes their queues. Introduced in revision 0005.
+-- Locks the rows (skip locked). Wakes their queues.
 create function jobs.promote_many(
   state text,
   queue text default null,
@@ -3249,7 +3229,7 @@ create table jobs.workers (
 );
 
 -- jobs._check_worker: refuse a registry call missing its worker id or with a useless TTL.
--- Raises X_ARGUMENT_INVALID. Locks nothing. Introduced in revision 0006.
+-- Raises X_ARGUMENT_INVALID. Locks nothing.
 create function jobs._check_worker(function_name text, worker_id text, ttl interval)
 returns void
 language plpgsql
@@ -3272,7 +3252,6 @@ $$;
 -- is not given. Also deletes every row that expired, so the table holds live workers and the
 -- few that died since the last announce.
 -- Raises X_ARGUMENT_INVALID. Locks the worker's row and the expired rows.
--- Introduced in revision 0006.
 create function jobs.worker_announce(
   worker_id text,
   host text,
@@ -3328,7 +3307,7 @@ $$;
 -- jobs.worker_heartbeat: keep a worker's row live for another ttl and record what it holds.
 -- Arguments: worker_id, in_flight (the job ids it runs; the first 100 are kept), ttl (30 s).
 -- Answers false when the row is gone (expired and swept, or forgotten): announce again.
--- Raises X_ARGUMENT_INVALID. Locks the worker's row. Introduced in revision 0006.
+-- Raises X_ARGUMENT_INVALID. Locks the worker's row.
 create function jobs.worker_heartbeat(
   worker_id text,
   in_flight uuid[] default '{}',
@@ -3362,7 +3341,7 @@ $$;
 -- jobs.worker_draining: mark a worker as draining (it claims nothing more and hands its work
 -- back). The first mark's time is kept.
 -- Arguments: worker_id. Answers false when the worker has no row.
--- Raises X_ARGUMENT_INVALID. Locks the worker's row. Introduced in revision 0006.
+-- Raises X_ARGUMENT_INVALID. Locks the worker's row.
 create function jobs.worker_draining(worker_id text)
 returns boolean
 language plpgsql
@@ -3381,7 +3360,7 @@ $$;
 
 -- jobs.worker_forget: delete a worker's row, as a worker does when it stops.
 -- Arguments: worker_id. Answers whether a row was deleted.
--- Raises X_ARGUMENT_INVALID. Locks the worker's row. Introduced in revision 0006.
+-- Raises X_ARGUMENT_INVALID. Locks the worker's row.
 create function jobs.worker_forget(worker_id text)
 returns boolean
 language plpgsql
@@ -3398,7 +3377,6 @@ $$;
 
 -- jobs.workers_live: every worker whose row has not expired, oldest first.
 -- Answers one row per worker (the registry's columns) ordered by started_at, id. Locks nothing.
--- Introduced in revision 0006.
 create function jobs.workers_live()
 returns table (id text, host text, pid integer, queues text[], slots integer, in_flight uuid[],
                in_flight_count integer, started_at timestamptz, heartbeat_at timestamptz,
@@ -3422,8 +3400,8 @@ $$;
 -- so a count never disagrees with the rows. Each backend writes one of 64 shards of a minute
 -- (its pid modulo 64), so concurrent workers rarely meet on one row, and only briefly when they
 -- do. jobs.rollup_counters folds shards and tiers: 1-minute buckets for 24 hours, 5-minute for
--- 7 days, 1-hour for 30 days, then gone. Every
--- settled attempt sits in exactly one row at any time, so readers sum across tiers.
+-- 7 days, 1-hour for 30 days, then gone. Every settled attempt sits in exactly one row at any
+-- time, so readers sum across tiers.
 
 create table jobs.counter_buckets (
   tier text not null,
@@ -3444,7 +3422,7 @@ create index counter_buckets_name_idx
   on jobs.counter_buckets (name, bucket);
 
 -- jobs._bucket: the start of the bucket of width `width` holding `at`, aligned on the Unix epoch
--- in UTC whatever the session's time zone. Introduced in revision 0006.
+-- in UTC whatever the session's time zone.
 create function jobs._bucket(width interval, at timestamptz)
 returns timestamptz
 language sql
@@ -3459,7 +3437,6 @@ $$;
 -- ('done', 'retried', 'failed', 'dead'; NULL adds nothing) and the attempts' claimed_at (their
 -- duration runs from it to settled_at). NULL arrays add nothing.
 -- Answers the number of counter rows written. Locks this backend's shard rows of the minute.
--- Introduced in revision 0006.
 create function jobs._count_settled(
   settled_at timestamptz,
   names text[],
@@ -3508,7 +3485,6 @@ $$;
 -- buckets of `to_width` (shard 0), adding to what is there; to_tier NULL deletes them.
 -- Moving deletes, so a second call finds nothing to move: the fold is idempotent.
 -- Answers the number of rows moved. Locks the moved rows and their targets.
--- Introduced in revision 0006.
 create function jobs._fold_counters(
   from_tier text,
   older_than timestamptz,
@@ -3552,7 +3528,6 @@ $$;
 -- 1-hour ones, and 1-hour buckets older than 30 days are deleted. The scheduler leader runs it
 -- once a minute; running it again, or from two sessions at once, changes no total.
 -- Answers (tier, moved): the rows each step moved out of that tier. Locks the moved rows.
--- Introduced in revision 0006.
 create function jobs.rollup_counters()
 returns table (tier text, moved bigint)
 language plpgsql
@@ -3593,7 +3568,6 @@ create type jobs.counter_row as (
 -- jobs.counters: one job name's counter history since `since`, every tier, oldest first.
 -- Arguments: name (NULL: every name), since (NULL: an hour ago).
 -- Answers one jobs.counter_row per (name, tier, bucket), shards summed. Locks nothing.
--- Introduced in revision 0006.
 create function jobs.counters(name text default null, since timestamptz default null)
 returns setof jobs.counter_row
 language sql
@@ -3612,7 +3586,6 @@ $$;
 -- jobs.counter_totals: per job name, the totals since `since` (NULL: an hour ago).
 -- A bucket is counted whole when it starts at or after `since`.
 -- Answers (name, done, retried, failed, dead, duration_ms) ordered by name. Locks nothing.
--- Introduced in revision 0006.
 create function jobs.counter_totals(since timestamptz default null)
 returns table (name text, done bigint, retried bigint, failed bigint, dead bigint,
                duration_ms bigint)
@@ -3638,7 +3611,7 @@ $$;
 -- Arguments: id, worker_id, claim (the attempt's fence), done (at least 0), total (NULL when
 -- unknown; else at least 0), both finite, note (NULL, at most 1,000 characters).
 -- Writes progress = {"done", "total", "note", "at"} on the row. Answers whether it landed.
--- Raises X_ARGUMENT_INVALID. Locks the row. Introduced in revision 0006.
+-- Raises X_ARGUMENT_INVALID. Locks the row.
 create function jobs.progress_v1(
   id uuid,
   worker_id text,
@@ -3689,7 +3662,7 @@ $$;
 -- "steps": the run's step trace in the order the steps started, each {name, status, attempts,
 -- started_at, updated_at, finished_at, wake_at, duration_ms (NULL until it finished),
 -- output_bytes, error}, "queue_paused": whether its queue is paused}.
--- Raises X_JOB_NOT_FOUND. Locks nothing. Introduced in revision 0006.
+-- Raises X_JOB_NOT_FOUND. Locks nothing.
 create function jobs.inspect_job(id uuid)
 returns jsonb
 language plpgsql
@@ -3743,9 +3716,8 @@ create type jobs.queue_depth_row as (
 -- that draining workers hold (they come back as due work once handed back, and are not new
 -- demand). A paused queue is left out: more workers would not drain it.
 -- Arguments: queues (NULL: every queue holding live work). Answers one jobs.queue_depth_row per
--- queue with live work, ordered by queue. Locks nothing. Introduced in revision 0006; since
--- revision 0010 it reads the clock once a call, not once a row (four fifths of its time at
--- 22,000 live rows).
+-- queue with live work, ordered by queue. Locks nothing. Reads the clock once a call, not once a
+-- row: a read per row is four fifths of its time at 22,000 live rows.
 create function jobs.queue_depth(queues text[] default null)
 returns setof jobs.queue_depth_row
 language sql
@@ -3788,15 +3760,15 @@ $$;
 --
 -- Tables: jobs.jobs, jobs.steps, jobs.outbox (storage parameters only). Every job is inserted,
 -- then updated at least twice (claimed, settled), and no update can be HOT (each moves an
--- indexed column or a partial index's predicate), so a busy queue leaves two dead tuples per job. The defaults wait for 20 %
--- of the table to be dead before vacuuming; here a vacuum starts after 1,000 dead tuples plus
--- 2 % of the table, and runs without cost delays, so the claim's index scans stay short.
--- Introduced in revision 0006.
--- Statistics are taken again after 2,000 changed rows, whatever the table's size (since
--- revision 0010; before, after 5 % of it). A big history of finished rows and a quiet spell let
--- the last sample hold no live row; until the next one, the planner took the partial indexes of
--- live rows for empty and read a whole backlog through them on a by-id write. At 5 % of a
--- million rows that lasted for 50,000 changes. jobs.steps and jobs.outbox grow the same way.
+-- indexed column or a partial index's predicate), so a busy queue leaves two dead tuples per
+-- job. The defaults wait for 20 % of the table to be dead before vacuuming; here a vacuum starts
+-- after 1,000 dead tuples plus 2 % of the table, and runs without cost delays, so the claim's
+-- index scans stay short.
+-- Statistics are taken again after 2,000 changed rows, whatever the table's size, not after the
+-- default 5 % of it. A big history of finished rows and a quiet spell can leave the last sample
+-- holding no live row; until the next one, the planner takes the partial indexes of live rows
+-- for empty and reads a whole backlog through them on a by-id write. At 5 % of a million rows
+-- that would last for 50,000 changes. jobs.steps and jobs.outbox grow the same way.
 
 alter table jobs.jobs set (
   autovacuum_vacuum_threshold = 1000,
@@ -3824,12 +3796,12 @@ alter table jobs.outbox set (
 -- Tables: jobs.jobs, jobs.steps, jobs.outbox, jobs.events (delete). Also here: how a run's rows
 -- are found (jobs_run_shared_idx, jobs._run_stands, used by jobs.remove and jobs.remove_many
 -- too); the default run_id of jobs.enqueue, jobs.enqueue_many and jobs.outbox_stage is the
--- job's own id, which keeps that index small (the functions themselves stay in their files). Lock order: job rows (skip
--- locked), then their runs' steps, then outbox rows (skip locked), then events (skip locked).
+-- job's own id, which keeps that index small (the functions themselves stay in their files).
+-- Lock order: job rows (skip locked), then their runs' steps, then outbox rows (skip locked),
+-- then events (skip locked).
 -- Calls are serialised by a transaction-scoped advisory lock: two purges splitting one run
 -- between them would each see the other's row still standing and leave the run's steps behind.
 -- One clock reading a call (jobs._now()).
--- Introduced in revision 0011.
 
 -- the finished rows by age, one index per window: with one index for both, every call would walk
 -- the whole band of failed and dead rows kept for 90 days before reaching the done rows that
@@ -3843,10 +3815,9 @@ create index jobs_ended_idx
   where state in ('failed', 'dead', 'cancelled');
 
 -- the jobs that continue another job's run. A job enqueued without a run_id has its own id as
--- run_id (since this revision), so a run's rows are the row whose id is the run's plus the rows
--- of this index: whether a run has a row left is two index probes, not a read of the table. A
--- new job enters it only when enqueued with another's run_id; rows made before this revision
--- (a random run_id each) are all in it until they are deleted.
+-- run_id, so a run's rows are the row whose id is the run's plus the rows of this index: whether
+-- a run has a row left is two index probes, not a read of the table. A job enters it only when
+-- enqueued with another's run_id.
 create index jobs_run_shared_idx
   on jobs.jobs (run_id)
   where run_id <> id;
@@ -3854,7 +3825,7 @@ create index jobs_run_shared_idx
 -- jobs._run_stands: whether a job row of the run is left: the row whose id is the run's (a job
 -- enqueued without a run_id), or one continuing the run (jobs_run_shared_idx, its predicate
 -- spelled out so the planner can prove it). Two index probes.
--- Answers boolean. Raises nothing. Locks nothing. Introduced in revision 0011.
+-- Answers boolean. Raises nothing. Locks nothing.
 create function jobs._run_stands(run_id uuid)
 returns boolean
 language sql
@@ -3872,8 +3843,7 @@ $$;
 -- jobs._outbox_awaits: whether an unpublished outbox row of this database names the job id: its
 -- relay published it and stopped before marking the row, so the row will be published again,
 -- and the job must stay to meet that publish (jobs.enqueue dedupes on the id) or it runs twice.
--- A primary key probe. Answers boolean. Raises nothing. Locks nothing. Introduced in revision
--- 0011.
+-- A primary key probe. Answers boolean. Raises nothing. Locks nothing.
 create function jobs._outbox_awaits(id uuid)
 returns boolean
 language sql
@@ -3902,7 +3872,7 @@ create type jobs.purge_result as (
 -- Arguments: done_after (default 14 days), ended_after (90 days), published_after (7 days),
 -- batch_size (1..10000, default 1000: at most that many jobs of each window, outbox rows and
 -- events a call). Answers (jobs, steps, outbox, events) deleted; call again until all are 0.
--- Raises X_ARGUMENT_INVALID. Locks: see the file's head. Introduced in revision 0011.
+-- Raises X_ARGUMENT_INVALID. Locks: see the file's head.
 create function jobs.purge(
   done_after interval default interval '14 days',
   ended_after interval default interval '90 days',

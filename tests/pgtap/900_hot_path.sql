@@ -1,9 +1,9 @@
--- 180_hot_path: the claim, the batch ack and the enqueue's wake touch the rows they need, not
--- the table. With statistics taken while no row was running, the planner once read every live
--- row through a partial index to find a batch's rows (ack_many_v1) or hashed a scan of the whole
--- table to update them (the claim); both go by primary key now. The wake's slot test read every
--- waiting row of its queue through the claim index, so each enqueue cost grew with the backlog;
--- it reads the slot's rows only.
+-- 900_hot_path: the claim, the batch ack and the enqueue's wake touch the rows they need, not
+-- the table. With statistics taken while no row was running, the planner can read every live
+-- row through a partial index to find a batch's rows (ack_many_v1) or hash a scan of the whole
+-- table to update them (the claim); both go by primary key. The wake's slot test reads the
+-- slot's rows only, not every waiting row of its queue through the claim index, so an enqueue's
+-- cost does not grow with the backlog.
 begin;
 \ir fixtures/factory.sql
 select plan(21);
@@ -47,7 +47,7 @@ select is(
   array[false, false], 'another worker''s ack lands nothing');
 
 -- a pickup from idle is one claim: re-planning its statements on every call (the plan cache's
--- choice for them) cost about 0.5 ms of it
+-- choice for them) costs about 0.5 ms of it
 select ok(
   (select 'plan_cache_mode=force_generic_plan' = any(p.proconfig)
      from pg_proc p

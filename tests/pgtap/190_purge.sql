@@ -1,4 +1,4 @@
--- 200_purge: retention (R69, R70, R73, items 113, 134, 185). jobs.purge deletes what has outlived
+-- 190_purge: retention (R69, R70, R73, items 113, 134, 185). jobs.purge deletes what has outlived
 -- its window, a batch a call: done jobs after done_after, failed, dead and cancelled ones after
 -- ended_after (from finished_at), the steps of runs whose last row went, outbox rows published
 -- more than published_after ago and expired events; never a live job, an unpublished outbox row,

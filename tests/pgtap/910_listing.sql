@@ -1,7 +1,7 @@
--- 190_listing: jobs.list_jobs without a queue, since revision 0008 read a queue at a time through
--- jobs_queue_created_idx and merged (the index on (created_at, id) alone is gone: it cost every
--- insert, claim and settle an entry). The merged pages keep the order and the cursors of a
--- single scan, and a page reads about a page of index entries per queue, not the table.
+-- 910_listing: jobs.list_jobs without a queue reads a queue at a time through
+-- jobs_queue_created_idx and merges them (there is no index on (created_at, id) alone: it would
+-- cost every insert, claim and settle an entry). The merged pages keep the order and the cursors
+-- of a single scan, and a page reads about a page of index entries per queue, not the table.
 begin;
 \ir fixtures/factory.sql
 select plan(11);
