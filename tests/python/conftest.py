@@ -1,4 +1,6 @@
-"""A real Postgres for every test.
+"""A real Postgres for every test that asks for one, in whichever folder it sits: unit/ (no
+database), integration/ (one session at a time), concurrency/ (sessions racing), processes/
+(real subprocesses and signals); support/ holds what they share.
 
 Where the server comes from, in order: DURAJOBS_TEST_DATABASE_URL; a testcontainers Postgres when
 a Docker engine answers; a throwaway cluster that pytest-postgresql starts from the machine's
@@ -155,6 +157,15 @@ def make_empty_database(server_url: str) -> Iterator[Any]:
 def empty_database_url(make_empty_database: Any) -> str:
     """Answer the conninfo of a fresh database with nothing installed."""
     url: str = make_empty_database()
+    return url
+
+
+@pytest.fixture
+def queue_url(make_empty_database: Any) -> str:
+    """Answer the conninfo of a second fresh database with the schema installed: the queue an
+    application's outbox is relayed into."""
+    url: str = make_empty_database()
+    durajobs.migrate(url)
     return url
 
 

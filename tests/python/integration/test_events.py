@@ -1,0 +1,259 @@
+"""step.wait_for_event: park until a matching event is published, on the database's clock."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from datetime import timedelta
+
+import psycopg
+import pytest
+from pydantic import BaseModel
+
+import durajobs
+from durajobs._db import calls
+from durajobs._db.database import AsyncDatabase
+from durajobs.runtime.attempt import run_attempt
+from durajobs.runtime.cancel import CancelSignal
+from durajobs.runtime.worker import Worker
+from support.factory import declare
+
+
+class Order(BaseModel):
+    order_id: str
+
+
+def _order_job(registry, name, **options):
+    """Declare an Order job keyed by its order id, untenanted."""
+    return declare(registry, name, input=Order, idempotency_key=lambda o: o.order_id, **options)
+
+
+class Lease:
+    def stop(self) -> None:
+        return None
+
+
+def _row(database_url, query, params=()):
+    with psycopg.connect(database_url, autocommit=True) as connection:
+        return connection.execute(query, params).fetchone()
+
+
+async def _attempt(database_url, registry):
+    async with AsyncDatabase(database_url) as db:
+        rows = await db.run(calls.claim(["default"], "w"))
+        assert rows, "nothing was due"
+        return await run_attempt(
+            rows[0], registry, db=db, worker_id="w", signal=CancelSignal(), lease=Lease()
+        )
+
+
+def _make_due(database_url):
+    with psycopg.connect(database_url, autocommit=True) as connection:
+        connection.execute("update jobs.jobs set run_at = now() where state = 'suspended'")
+
+
+@pytest.mark.parametrize("kind", ["async", "def"])
+def test_a_published_event_resumes_the_waiting_run_with_its_payload(database_url, kind):
+    registry = durajobs.Registry(database_url=database_url)
+    received: list[object] = []
+
+    if kind == "async":
+
+        @_order_job(registry, "ship")
+        async def ship(ctx):
+            paid = await ctx.step.wait_for_event(
+                "wait-paid", "order.paid", match=ctx.input.order_id
+            )
+            received.append(paid)
+
+    else:
+
+        @_order_job(registry, "ship")
+        def ship(ctx):
+            paid = ctx.step.wait_for_event("wait-paid", "order.paid", match=ctx.input.order_id)
+            received.append(paid)
+
+    job = ship.enqueue({"order_id": "o-1"})
+    first = asyncio.run(_attempt(database_url, registry))
+    assert first.outcome is durajobs.Outcome.SUSPENDED
+    assert _row(database_url, "select state, attempt from jobs.jobs where id = %s", [job.id]) == (
+        "suspended",
+        0,
+    )
+    with durajobs.Client.connect(database_url) as client:
+        client.publish_event("order.paid", {"amount": 42}, correlation_key="o-2")  # not ours
+        client.publish_event("order.paid", {"amount": 10}, correlation_key="o-1")
+    # the publish made the parked run due at once
+    assert _row(database_url, "select run_at <= now() from jobs.jobs where id = %s", [job.id]) == (
+        True,
+    )
+    second = asyncio.run(_attempt(database_url, registry))
+    assert second.outcome is durajobs.Outcome.COMPLETED
+    assert received == [{"amount": 10}]
+
+
+def test_an_event_published_before_the_wait_began_is_not_taken(database_url):
+    registry = durajobs.Registry(database_url=database_url)
+
+    @_order_job(registry, "late")
+    async def late(ctx):
+        return await ctx.step.wait_for_event("wait", "order.paid", match=ctx.input.order_id)
+
+    with durajobs.Client.connect(database_url) as client:
+        client.publish_event("order.paid", {"old": True}, correlation_key="o-1")
+    late.enqueue({"order_id": "o-1"})
+    execution = asyncio.run(_attempt(database_url, registry))
+    assert execution.outcome is durajobs.Outcome.SUSPENDED
+
+
+def test_a_required_wait_past_its_timeout_fails_with_x_job_timeout(database_url):
+    registry = durajobs.Registry(database_url=database_url)
+
+    @_order_job(registry, "impatient", retry=durajobs.RetryPolicy.of(attempts=1))
+    async def impatient(ctx):
+        await ctx.step.wait_for_event("wait", "order.paid", timeout="300ms")
+
+    job = impatient.enqueue({"order_id": "o-1"})
+    first = asyncio.run(_attempt(database_url, registry))
+    assert first.outcome is durajobs.Outcome.SUSPENDED
+    # parked no longer than the timeout, though event_poll is 30 s
+    assert _row(
+        database_url,
+        "select run_at - updated_at <= interval '300 milliseconds' from jobs.jobs where id = %s",
+        [job.id],
+    ) == (True,)
+    time.sleep(0.35)
+    _make_due(database_url)
+    second = asyncio.run(_attempt(database_url, registry))
+    assert second.code == "X_JOB_TIMEOUT"
+    assert "'wait'" in (second.error or "")
+
+
+def test_an_optional_wait_past_its_timeout_answers_none(database_url):
+    registry = durajobs.Registry(database_url=database_url)
+    answers: list[object] = []
+
+    @_order_job(registry, "optional")
+    async def optional(ctx):
+        answers.append(
+            await ctx.step.wait_for_event("wait", "nudge", timeout="200ms", required=False)
+        )
+
+    optional.enqueue({"order_id": "o-1"})
+    asyncio.run(_attempt(database_url, registry))
+    time.sleep(0.25)
+    _make_due(database_url)
+    execution = asyncio.run(_attempt(database_url, registry))
+    assert execution.outcome is durajobs.Outcome.COMPLETED
+    assert answers == [None]
+
+
+def test_event_poll_sets_how_long_a_wait_parks(database_url):
+    """R26: event_poll reaches the runner: the suspended row is due one poll later."""
+    registry = durajobs.Registry(database_url=database_url)
+
+    @_order_job(registry, "polled", event_poll="1s")
+    async def polled(ctx):
+        await ctx.step.wait_for_event("wait", "never")
+
+    job = polled.enqueue({"order_id": "o-1"})
+    asyncio.run(_attempt(database_url, registry))
+    parked_for = _row(
+        database_url, "select run_at - updated_at from jobs.jobs where id = %s", [job.id]
+    )[0]
+    assert timedelta(seconds=0.9) <= parked_for <= timedelta(seconds=1.1)
+
+
+def test_a_worker_runs_a_waiting_job_to_the_end_when_the_event_comes(database_url):
+    registry = durajobs.Registry(database_url=database_url)
+    done: list[object] = []
+
+    @_order_job(registry, "flow")
+    async def flow(ctx):
+        paid = await ctx.step.wait_for_event("wait-paid", "order.paid", match=ctx.input.order_id)
+        done.append(paid)
+
+    flow.enqueue({"order_id": "o-5"})
+    worker = Worker(registry, database_url, listen=True)
+
+    async def scenario():
+        runner = asyncio.ensure_future(worker.run())
+        while _row(database_url, "select state from jobs.jobs")[0] != "suspended":
+            await asyncio.sleep(0.02)
+        with durajobs.Client.connect(database_url) as client:
+            client.publish_event("order.paid", {"ok": True}, correlation_key="o-5")
+        deadline = time.monotonic() + 10  # the poll floor finds the woken row, not event_poll
+        while not done:
+            assert time.monotonic() < deadline
+            await asyncio.sleep(0.02)
+        worker.stop()
+        await runner
+
+    asyncio.run(scenario())
+    assert done == [{"ok": True}]
+
+
+def test_a_publish_wakes_the_waiting_runs_queue(database_url):
+    registry = durajobs.Registry(database_url=database_url)
+
+    @_order_job(registry, "waits", queue="orders")
+    async def waits(ctx):
+        await ctx.step.wait_for_event("wait", "order.paid", match=ctx.input.order_id)
+
+    waits.enqueue({"order_id": "o-1"})
+
+    async def park():
+        async with AsyncDatabase(database_url) as db:
+            (row,) = await db.run(calls.claim(["orders"], "w"))
+            await run_attempt(
+                row, registry, db=db, worker_id="w", signal=CancelSignal(), lease=Lease()
+            )
+
+    asyncio.run(park())
+    with psycopg.connect(database_url, autocommit=True) as listener:
+        listener.execute("listen jobs_wake")
+        with durajobs.Client.connect(database_url) as client:
+            client.publish_event("order.shipped", correlation_key="o-1")  # nobody waits on it
+            client.publish_event("order.paid", correlation_key="o-1")
+        heard = [notice.payload for notice in listener.notifies(timeout=0.5)]
+    assert heard == ["orders"]
+
+
+def test_a_worker_clock_running_ahead_neither_misses_an_event_nor_times_out_early(
+    database_url, monkeypatch
+):
+    """C.35: a wait is stamped and judged on the database's clock, never the worker's."""
+    import durajobs.runtime.steps as steps_module
+
+    real_datetime = steps_module.datetime
+
+    class AheadClock(real_datetime):  # type: ignore[misc, valid-type]
+        @classmethod
+        def now(cls, tz=None):
+            return real_datetime.now(tz) + timedelta(seconds=30)
+
+    monkeypatch.setattr(steps_module, "datetime", AheadClock)
+    registry = durajobs.Registry(database_url=database_url)
+    answers: list[object] = []
+
+    @_order_job(registry, "skewed")
+    async def skewed(ctx):
+        answers.append(
+            await ctx.step.wait_for_event(
+                "wait", "order.paid", match=ctx.input.order_id, timeout="10s"
+            )
+        )
+
+    job = skewed.enqueue({"order_id": "o-1"})
+    first = asyncio.run(_attempt(database_url, registry))
+    assert first.outcome is durajobs.Outcome.SUSPENDED  # not timed out by a clock 30 s ahead
+    # parked for the database's 10 s at most, not shortened or lengthened by the skew
+    parked = _row(
+        database_url, "select run_at - updated_at from jobs.jobs where id = %s", [job.id]
+    )[0]
+    assert timedelta(seconds=9) <= parked <= timedelta(seconds=10.5)
+    with durajobs.Client.connect(database_url) as client:
+        client.publish_event("order.paid", {"late": False}, correlation_key="o-1")
+    second = asyncio.run(_attempt(database_url, registry))
+    assert second.outcome is durajobs.Outcome.COMPLETED
+    assert answers == [{"late": False}]

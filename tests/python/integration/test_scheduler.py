@@ -1,0 +1,353 @@
+"""Cron tasks against a real database with a controllable clock: catch-up, the fire fence, one
+node's leadership (what a declaration refuses and the cron maths are unit/test_cron; several
+nodes, concurrency/test_scheduler_races)."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime, timedelta
+
+import psycopg
+import pytest
+
+import durajobs
+from durajobs._db import calls
+from durajobs._values.durations import DeclarationInvalid
+from durajobs.services.scheduler import Scheduler
+from support.dropped_cancel import CancelDropper, cancel_once_while_parked
+from support.factory import declare
+from support.scheduling import (
+    START,
+    Clock,
+    Report,
+    report_app,
+    reports,
+    set_watermark,
+    ticks,
+)
+
+# -- catch-up -------------------------------------------------------------------------------------
+
+
+def test_skip_fires_the_true_latest_missed_occurrence_once(database_url):
+    registry = report_app(database_url, catch_up="skip")
+    set_watermark(database_url, "hourly", START - timedelta(hours=3))
+    clock = Clock(START + timedelta(minutes=20))
+    scheduler = Scheduler(registry, database_url, clock=clock)
+    assert asyncio.run(ticks(scheduler, clock, count=3)) == [1, 0, 0]
+    assert reports(database_url) == ["2026-06-01T12:00:00+00:00"]
+    # the next fire is the next real occurrence
+    clock.now = START + timedelta(hours=1, seconds=1)
+    assert asyncio.run(ticks(scheduler, clock)) == [1]
+    assert reports(database_url)[-1] == "2026-06-01T13:00:00+00:00"
+
+
+def test_skip_after_a_year_finds_the_latest_occurrence_directly(database_url):
+    """R54: the true latest of a */5 cron after a year down, without walking the gap."""
+    registry = report_app(database_url, catch_up="skip", cron="*/5 * * * *")
+    set_watermark(database_url, "hourly", START - timedelta(days=365))
+    clock = Clock(START + timedelta(minutes=7))
+    assert asyncio.run(ticks(Scheduler(registry, database_url, clock=clock), clock)) == [1]
+    assert reports(database_url) == ["2026-06-01T12:05:00+00:00"]
+
+
+def test_skip_finds_the_latest_occurrence_without_walking_the_gap(database_url, monkeypatch):
+    """R54: about 35 cron evaluations for a year, not one per missed occurrence."""
+    import croniter as croniter_module
+
+    evaluations = {"count": 0}
+    real_next, real_prev = croniter_module.croniter.get_next, croniter_module.croniter.get_prev
+
+    def counted_next(self, *args, **kwargs):
+        evaluations["count"] += 1
+        return real_next(self, *args, **kwargs)
+
+    def counted_prev(self, *args, **kwargs):
+        evaluations["count"] += 1
+        return real_prev(self, *args, **kwargs)
+
+    monkeypatch.setattr(croniter_module.croniter, "get_next", counted_next)
+    monkeypatch.setattr(croniter_module.croniter, "get_prev", counted_prev)
+    registry = report_app(database_url, catch_up="skip", cron="*/5 * * * *")
+    (task,) = registry.tasks()
+    fires = task.due(START - timedelta(days=365), START + timedelta(minutes=7))
+    assert fires == [(START + timedelta(minutes=5), START + timedelta(minutes=5))]
+    assert evaluations["count"] <= 40  # a year of */5 is 105,120 occurrences
+
+
+def test_run_once_fires_the_earliest_missed_once_and_passes_the_rest(database_url):
+    """R49: a day down used to fire 24 catch-ups a second apart."""
+    registry = report_app(database_url, catch_up="run-once")
+    set_watermark(database_url, "hourly", START - timedelta(hours=24, minutes=30))
+    clock = Clock(START + timedelta(minutes=1))
+    assert asyncio.run(ticks(Scheduler(registry, database_url, clock=clock), clock, count=5)) == [
+        1,
+        0,
+        0,
+        0,
+        0,
+    ]
+    assert reports(database_url) == ["2026-05-31T12:00:00+00:00"]
+    with psycopg.connect(database_url, autocommit=True) as connection:
+        watermark = connection.execute("select watermark from jobs.scheduler_tasks").fetchone()[0]
+    assert watermark == START  # every missed occurrence was passed in the same call
+
+
+def test_run_all_fires_each_missed_occurrence_bounded_per_round(database_url):
+    registry = report_app(database_url, catch_up="run-all", max_catch_up=10)
+    set_watermark(database_url, "hourly", START - timedelta(hours=25))
+    clock = Clock(START + timedelta(minutes=1))
+    fired = asyncio.run(ticks(Scheduler(registry, database_url, clock=clock), clock, count=4))
+    assert fired == [10, 10, 5, 0]
+    assert len(reports(database_url)) == 25
+
+
+def test_a_new_task_does_not_catch_up_on_its_past(database_url):
+    registry = report_app(database_url, catch_up="run-all")
+    clock = Clock(START + timedelta(minutes=30))
+    node = Scheduler(registry, database_url, clock=clock, holder="node")
+    assert asyncio.run(ticks(node, clock)) == [0]
+    clock.now = START + timedelta(hours=1)
+    assert asyncio.run(ticks(node, clock)) == [1]
+
+
+def test_a_restart_catches_up_from_the_stored_watermark(database_url):
+    """R52: the watermark survives a redeploy; the missed latest occurrence fires."""
+    registry = report_app(database_url)
+    clock = Clock(START + timedelta(seconds=1))
+    first = Scheduler(registry, database_url, clock=clock, holder="node")
+    asyncio.run(ticks(first, clock))  # arms at 12:00:01, nothing owed
+    clock.now = START + timedelta(hours=2, minutes=5)  # down for two hours
+    second = Scheduler(registry, database_url, clock=clock, holder="node")  # the same node, back
+    assert asyncio.run(ticks(second, clock)) == [1]
+    assert reports(database_url) == ["2026-06-01T14:00:00+00:00"]
+
+
+# -- the fire fence -------------------------------------------------------------------------------
+
+
+def test_a_second_fire_of_one_occurrence_enqueues_nothing(database_url):
+    """R50: fire and watermark move together; a repeat is a no-op."""
+    requests = [{"name": "report", "input": {"at": "x"}, "idempotency_key": "x"}]
+    with psycopg.connect(database_url, autocommit=True) as connection:
+        durajobs.execute(connection, calls.scheduler_arm("t", START - timedelta(hours=1)))
+        first = durajobs.execute(connection, calls.scheduler_fire("t", START, requests))
+        again = durajobs.execute(connection, calls.scheduler_fire("t", START, requests))
+        fires = durajobs.execute(connection, calls.task_fires())
+    assert len(first) == 1
+    assert again == []
+    assert len(reports(database_url)) == 1
+    assert (fires[0].task, fires[0].last_fired_occurrence) == ("t", START)
+
+
+def test_a_scheduled_fire_and_a_manual_fire_are_two_jobs(database_url):
+    registry = report_app(database_url)
+    (task,) = registry.tasks()
+    manual = task.enqueue()
+    with psycopg.connect(database_url, autocommit=True) as connection:
+        durajobs.execute(connection, calls.scheduler_arm("hourly", START - timedelta(hours=1)))
+        scheduled = durajobs.execute(
+            connection, calls.scheduler_fire("hourly", START, task.requests(START))
+        )
+        keys = [
+            row[0]
+            for row in connection.execute(
+                "select idempotency_key from jobs.jobs order by created_at"
+            ).fetchall()
+        ]
+    assert len(manual) == 1
+    assert len(scheduled) == 1
+    assert keys[1].startswith("hourly@2026-06-01T12:00:00Z:")
+    assert keys[0] != keys[1]
+
+
+def test_a_paused_task_passes_its_occurrences_without_firing(database_url):
+    registry = report_app(database_url)
+    set_watermark(database_url, "hourly", START - timedelta(minutes=30))
+    with psycopg.connect(database_url, autocommit=True) as connection:
+        connection.execute("select jobs.pause_task('hourly')")
+    clock = Clock(START + timedelta(minutes=1))
+    node = Scheduler(registry, database_url, clock=clock, holder="node")
+    asyncio.run(ticks(node, clock))
+    assert reports(database_url) == []
+    with psycopg.connect(database_url, autocommit=True) as connection:
+        connection.execute("select jobs.resume_task('hourly')")
+    clock.now = START + timedelta(hours=1, minutes=1)
+    asyncio.run(ticks(node, clock))
+    assert reports(database_url) == ["2026-06-01T13:00:00+00:00"]
+
+
+def test_a_broken_task_does_not_stop_the_others(database_url, caplog):
+    import logging
+
+    registry = report_app(database_url)
+    registry.task(name="a-broken", cron="0 * * * *", tz="UTC")(
+        lambda occurrence: [(registry.get("report"), {"at": 5})]  # the job refuses this input
+    )
+    for task in ("a-broken", "hourly"):
+        set_watermark(database_url, task, START - timedelta(minutes=30))
+    clock = Clock(START + timedelta(minutes=1))
+    with caplog.at_level(logging.ERROR, logger="durajobs"):
+        fired = asyncio.run(ticks(Scheduler(registry, database_url, clock=clock), clock))
+    assert fired == [1]  # 'hourly', after the broken task in name order, still fired
+    assert reports(database_url) == ["2026-06-01T12:00:00+00:00"]
+    assert any(r.getMessage() == "jobs.scheduler.task-failed" for r in caplog.records)
+
+
+def test_an_enqueue_function_that_answers_an_awaitable_is_refused(database_url):
+    registry = report_app(database_url)
+
+    async def coroutine():
+        return []
+
+    task = registry.task(name="sneaky", cron="0 * * * *", tz="UTC")(lambda o: coroutine())
+    with pytest.raises(DeclarationInvalid):
+        task.requests(START)
+
+
+# -- leading, alone -------------------------------------------------------------------------------
+
+
+def test_a_demoted_node_stops_mid_round(database_url):
+    """R98: still_leading() is asked before every fire."""
+    registry = report_app(database_url, tasks=3)
+    for n in range(3):
+        set_watermark(database_url, f"hourly-{n}", START - timedelta(minutes=30))
+    clock = Clock(START + timedelta(minutes=1))
+    node = Scheduler(registry, database_url, clock=clock, holder="node")
+    real_run = node.db.run
+
+    async def lease_runs_out_after_first_fire(call):
+        answer = await real_run(call)
+        if call.function == "jobs.scheduler_fire":
+            clock.now += timedelta(minutes=5)  # the round stalled past the lease
+        return answer
+
+    node.db.run = lease_runs_out_after_first_fire  # type: ignore[method-assign]
+    assert asyncio.run(ticks(node, clock)) == [1]
+    assert len(reports(database_url)) == 1
+
+
+def test_an_idle_minute_costs_seven_statements_whatever_the_tasks(database_url):
+    """R53: watermarks live in memory while leading; only the lease is renewed, and the
+    counters are rolled up once."""
+    registry = report_app(database_url, tasks=35)
+    clock = Clock(START + timedelta(seconds=1))
+    node = Scheduler(registry, database_url, clock=clock, holder="idle")
+    statements: list[str] = []
+    real_run = node.db.run
+
+    async def counting(call):
+        statements.append(call.function)
+        return await real_run(call)
+
+    node.db.run = counting  # type: ignore[method-assign]
+    asyncio.run(ticks(node, clock, count=1))  # the first round arms the 35 tasks
+    armed = len(statements)
+    asyncio.run(ticks(node, clock, count=60))  # one idle minute, a tick a second
+    idle = statements[armed:]
+    assert sorted(idle) == ["jobs.rollup_counters"] + ["jobs.scheduler_lead"] * 6
+
+
+def test_a_leader_whose_lease_ran_out_reads_the_watermarks_again(database_url):
+    """Another node may have fired while this one stalled: its memory is stale."""
+    registry = report_app(database_url, catch_up="run-once")
+    set_watermark(database_url, "hourly", START - timedelta(minutes=30))
+    clock = Clock(START - timedelta(minutes=10))
+    node = Scheduler(registry, database_url, clock=clock, holder="stalled")
+    statements: list[str] = []
+    real_run = node.db.run
+
+    async def counting(call):
+        statements.append(call.function)
+        return await real_run(call)
+
+    node.db.run = counting  # type: ignore[method-assign]
+
+    async def scenario():
+        await node.db.open()
+        try:
+            await node.tick_once()  # leads, caches the watermark 11:30
+            statements.clear()
+            # it stalls; meanwhile another node fires 12:00 and the lease lapses
+            with psycopg.connect(database_url, autocommit=True) as connection:
+                connection.execute(
+                    "update jobs.scheduler_tasks set watermark = %s where task = 'hourly'",
+                    [START],
+                )
+            clock.now = START + timedelta(minutes=40)
+            return await node.tick_once(), node._watermarks["hourly"]
+        finally:
+            await node.db.close()
+
+    fired, watermark = asyncio.run(scenario())
+    assert fired == 0
+    assert watermark == START
+    # it read the watermark again instead of firing 12:00 from its stale memory (then, leading
+    # again after more than a minute, it ran the counters' rollup)
+    assert statements == ["jobs.scheduler_lead", "jobs.scheduler_arm", "jobs.rollup_counters"]
+
+
+def test_an_abandoned_round_keeps_the_lease(database_url):
+    """R55: releasing it would let a standby fire while the round may still be dispatching."""
+    registry = report_app(database_url)
+    set_watermark(database_url, "hourly", START - timedelta(minutes=30))
+    node = Scheduler(
+        registry, database_url, clock=Clock(START + timedelta(minutes=1)), holder="abandoned"
+    )
+    real_run = node.db.run
+
+    async def hanging_fire(call):
+        if call.function == "jobs.scheduler_fire":
+            await asyncio.Event().wait()
+        return await real_run(call)
+
+    node.db.run = hanging_fire  # type: ignore[method-assign]
+
+    async def scenario():
+        running = asyncio.ensure_future(node.run())
+        while not node.leading:
+            await asyncio.sleep(0.02)
+        await asyncio.sleep(0.1)
+        running.cancel()  # the drain deadline passed mid-round
+        await asyncio.gather(running, return_exceptions=True)
+
+    asyncio.run(scenario())
+    with psycopg.connect(database_url, autocommit=True) as connection:
+        holders = connection.execute("select holder from jobs.scheduler_leases").fetchall()
+    assert holders == [("abandoned",)]
+
+
+def test_a_cancel_a_round_dropped_still_stops_the_scheduler(database_url):
+    # a round waits for pooled connections, whose wait can drop a cancel: the scheduler ticked on
+    registry = report_app(database_url)
+    node = Scheduler(registry, database_url, clock=Clock(START), holder="dropped", tick="50ms")
+    dropper = CancelDropper()
+    node.tick_once = dropper.ahead_of(node.tick_once)  # type: ignore[method-assign]
+
+    ended, cancelled = cancel_once_while_parked(node.run, dropper)
+    assert dropper.dropped
+    assert ended, "the scheduler ticked on after its one cancel was dropped"
+    assert cancelled
+
+
+# -- daylight saving ------------------------------------------------------------------------------
+
+
+def test_a_scheduler_across_the_spring_switch_fires_the_moved_occurrence(database_url):
+    registry = durajobs.Registry(database_url=database_url)
+
+    @declare(registry, "report", input=Report, idempotency_key=lambda r: r.at)
+    async def report(ctx):
+        return None
+
+    registry.task(name="night", cron="30 2 * * *", tz="America/New_York")(
+        lambda occurrence: [(report, {"at": occurrence.isoformat()})]
+    )
+    (task,) = registry.tasks()
+    switch_day = datetime(2026, 3, 8, 7, 5, tzinfo=UTC)  # 03:05 EDT, just after the gap
+    assert task.latest_at_or_before(switch_day) == datetime(2026, 3, 8, 7, 0, tzinfo=UTC)
+    set_watermark(database_url, "night", datetime(2026, 3, 7, 7, 30, tzinfo=UTC))
+    clock = Clock(switch_day)
+    assert asyncio.run(ticks(Scheduler(registry, database_url, clock=clock), clock)) == [1]
+    assert reports(database_url) == ["2026-03-08T07:00:00+00:00"]  # 03:00 EDT, once

@@ -1,0 +1,5 @@
+"""Apps the tests load the way an operator would, with `--app` from the tests' folder
+(support.paths.TESTS) as the working directory."""
+
+SAMPLE_APP = "support.apps.sample:registry"
+OPERATOR_APP = "support.apps.operator_jobs:registry"
