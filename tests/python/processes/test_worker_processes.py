@@ -76,7 +76,21 @@ def test_a_killed_worker_job_is_redelivered_and_its_steps_do_not_run_again(
     job = app_client.enqueue("two-steps", {"key": "k", "seconds": 60}, "k", max_attempts=5)
     first = _worker(database_url)
     try:
-        _wait_for(lambda: _effects(database_url, "first") == 1, timeout=30, what="step one")
+        # killed once step one is stored, not merely run: a kill between its effect and its
+        # checkpoint leaves a step that never completed, which a retry rightly runs again
+        _wait_for(
+            lambda: (
+                _one(
+                    database_url,
+                    "select count(*) from jobs.steps"
+                    " where run_id = %s and name = 'first' and status = 'completed'",
+                    [job.run_id],
+                )
+                == (1,)
+            ),
+            timeout=30,
+            what="step one stored",
+        )
         first.kill()  # SIGKILL: no drain, no settle, the lease is all that is left
         first.wait(timeout=10)
     finally:
