@@ -302,7 +302,9 @@ class Registry:
         self.outbox = outbox
         self.mode = mode
         self._schema_checked = False  # once per registry: a missing or old schema names the fix
-        self._direct: SyncPool | None = None  # the enqueues that join no transaction
+        # the enqueues that join no transaction; made here (it opens at its first call) so two
+        # threads enqueuing first at once cannot each make one
+        self._direct = SyncPool(database_url) if database_url else None
 
     def job(
         self,
@@ -419,12 +421,7 @@ class Registry:
 
     def _url(self) -> str:
         if not self.database_url:
-            raise DriverUnavailable(
-                "no database to enqueue into: pass using=<connection> or "
-                "Registry(database_url=...)",
-                detail={},
-                hint="durajobs.Registry(database_url=os.environ['DATABASE_URL'])",
-            )
+            raise _no_database()
         return self.database_url
 
     def _transaction(self, using: object) -> object | None:
@@ -471,7 +468,7 @@ class Registry:
             self._check(connection)
             return execute(connection, call)
         if self._direct is None:
-            self._direct = SyncPool(self._url())
+            raise _no_database()
         return self._direct.run(call)
 
     def close(self) -> None:
@@ -497,6 +494,14 @@ class Registry:
         if not self._schema_checked:
             await check_schema_async(connection)
             self._schema_checked = True
+
+
+def _no_database() -> DriverUnavailable:
+    return DriverUnavailable(
+        "no database to enqueue into: pass using=<connection> or Registry(database_url=...)",
+        detail={},
+        hint="durajobs.Registry(database_url=os.environ['DATABASE_URL'])",
+    )
 
 
 def _is_async(handler: Handler) -> bool:
