@@ -18,16 +18,16 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
 
 from croniter import croniter
 
-from durajobs._db.calls import Call
 from durajobs._values.durations import positive_count
 from durajobs._values.records import EnqueueResult
+from durajobs.declare.enqueue import EnqueueRequest
 from durajobs.errors import DeclarationInvalid
 
 
 class EntryJob(Protocol):
     """What a task's entry names: a declared job (`durajobs.Job`), seen from the cron side."""
 
-    def _enqueue_call(self, input: Any) -> Call[EnqueueResult]: ...
+    def request(self, input: Any) -> EnqueueRequest: ...
 
     def enqueue(self, input: Any, *, using: Any = None) -> EnqueueResult: ...
 
@@ -130,24 +130,7 @@ class Task:
                 "I/O in a job it enqueues (the fan-out pattern)",
                 detail={"task": self.name},
             )
-        requests = []
-        for job, input in entries:
-            call = job._enqueue_call(input)
-            requests.append(
-                {
-                    "name": call.params["name"],
-                    "input": call.params["input"].obj,
-                    "idempotency_key": call.params["idempotency_key"],
-                    "queue": call.params.get("queue"),
-                    "max_attempts": call.params.get("max_attempts"),
-                    **(
-                        {"tenant_id": call.params["tenant_id"]}
-                        if "tenant_id" in call.params
-                        else {}
-                    ),
-                }
-            )
-        return requests
+        return [job.request(input).fire_entry() for job, input in entries]
 
     def enqueue(self, *, using: object = None) -> list[EnqueueResult]:
         """Fire every entry now, by hand: each job under its own idempotency key."""

@@ -14,32 +14,22 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Generic, Literal, Protocol, TypedDict, TypeVar, Unpack
 from uuid import UUID
 
-import psycopg
 from pydantic import BaseModel, ValidationError
 
 from durajobs._db import calls
-from durajobs._db.execute import check_schema, check_schema_async, execute, execute_async
-from durajobs._db.pool import SyncPool
-from durajobs._db.transactions import (
-    async_connection,
-    current_transaction,
-    is_async,
-    sync_connection,
-)
 from durajobs._values.durations import Duration, parse_duration
 from durajobs._values.records import EnqueueResult
-from durajobs.client import Client
 from durajobs.declare.cron import DEFAULT_MAX_CATCH_UP, CatchUp, Entries, Task, declare_task
+from durajobs.declare.enqueue import EnqueueRequest, OnConflict
 from durajobs.declare.retry import RetryPolicy
+from durajobs.declare.router import Router
 from durajobs.errors import (
     ArgumentInvalid,
     DeclarationInvalid,
-    DriverUnavailable,
     IdempotencyRequired,
     JobDuplicate,
     JobInputInvalid,
     JobTenantRequired,
-    OutboxNoTransaction,
 )
 from durajobs.observe.tracing import current_traceparent
 
@@ -58,15 +48,14 @@ Using = object
 
 
 class EnqueueOptions(TypedDict, total=False):
-    """The per-call options of an enqueue (a misspelt one is a TypeError)."""
+    """The per-call options of an enqueue's request (a misspelt one is a TypeError)."""
 
     delay: Duration | None
     run_at: datetime | None
     queue: str | None
     run_id: UUID | None
-    on_conflict: Literal["dedupe", "error"]
+    on_conflict: OnConflict
     priority: int | None
-    outbox: bool  # False: publish to the queue directly even inside a transaction
 
 
 class Actor(Protocol):
@@ -134,7 +123,7 @@ class Job(Generic[I]):
                 },
             ) from None
 
-    def _enqueue_call(
+    def request(
         self,
         input: I | Mapping[str, Any],
         *,
@@ -142,11 +131,12 @@ class Job(Generic[I]):
         run_at: datetime | None = None,
         queue: str | None = None,
         run_id: UUID | None = None,
-        on_conflict: Literal["dedupe", "error"] = "dedupe",
+        on_conflict: OnConflict = "dedupe",
         priority: int | None = None,
         actor: Actor | None = None,
-        staged: bool = False,
-    ) -> calls.Call[EnqueueResult]:
+    ) -> EnqueueRequest:
+        """The checked request an enqueue of `input` sends: X_JOB_INPUT_INVALID naming the
+        field, X_IDEMPOTENCY_REQUIRED for an empty key, X_ARGUMENT_INVALID for a naive run_at."""
         model = self.parse(input)
         key = self.idempotency_key(model)
         if not isinstance(key, str) or not key.strip():
@@ -169,34 +159,14 @@ class Job(Generic[I]):
             )
         if delay is not None and delay not in (0, timedelta(0)):
             run_at = datetime.now(UTC) + parse_duration(delay, field="delay")
-        if staged:
-            if on_conflict != "dedupe":
-                raise ArgumentInvalid(
-                    f"job {self.name}: on_conflict={on_conflict!r} cannot be answered at stage "
-                    "time; a staged enqueue learns of a live duplicate only when it is published",
-                    detail={"job": self.name, "argument": "on_conflict"},
-                )
-            return calls.outbox_stage(
-                self.name,
-                model.model_dump(mode="json"),
-                key,
-                queue=queue or self.queue,
-                tenant_id=tenant_id,
-                run_at=run_at,
-                max_attempts=self.retry.attempts,
-                priority=priority,
-                run_id=run_id,
-                enqueued_by=enqueued_by,
-                traceparent=current_traceparent(),
-            )
-        return calls.enqueue(
-            self.name,
-            model.model_dump(mode="json"),
-            key,
+        return EnqueueRequest(
+            name=self.name,
+            input=model.model_dump(mode="json"),
+            idempotency_key=key,
             queue=queue or self.queue,
+            max_attempts=self.retry.attempts,
             tenant_id=tenant_id,
             run_at=run_at,
-            max_attempts=self.retry.attempts,
             priority=priority,
             run_id=run_id,
             on_conflict=on_conflict,
@@ -209,25 +179,29 @@ class Job(Generic[I]):
         input: I | Mapping[str, Any],
         *,
         using: Using = None,
+        outbox: bool = True,
         **options: Unpack[EnqueueOptions],
     ) -> EnqueueResult:
         """Put one run of this job on the queue; never runs the handler here.
 
         Runs on `using` (a psycopg connection joins its transaction) or the registry's database.
-        Options: delay or run_at, queue, run_id, on_conflict ('dedupe' or 'error'), priority.
+        Options: delay or run_at, queue, run_id, on_conflict ('dedupe' or 'error'), priority;
+        `outbox=False` publishes to the queue directly even inside a transaction.
         Answers (id, run_id, deduped). Raises X_JOB_INPUT_INVALID and the SQL errors.
         """
-        return self.registry.submit(self, input, using, **options)
+        return self.registry.router.send(self.request(input, **options), using, outbox=outbox)
 
     async def enqueue_async(
         self,
         input: I | Mapping[str, Any],
         *,
         using: Using = None,
+        outbox: bool = True,
         **options: Unpack[EnqueueOptions],
     ) -> EnqueueResult:
         """Async form of `enqueue`."""
-        return await self.registry.submit_async(self, input, using, **options)
+        request = self.request(input, **options)
+        return await self.registry.router.send_async(request, using, outbox=outbox)
 
     def as_(
         self,
@@ -235,10 +209,12 @@ class Job(Generic[I]):
         input: I | Mapping[str, Any],
         *,
         using: Using = None,
+        outbox: bool = True,
         **options: Unpack[EnqueueOptions],
     ) -> EnqueueResult:
         """Enqueue on behalf of `actor`: its org is the tenant, its id the enqueued_by."""
-        return self.registry.submit(self, input, using, actor=actor, **options)
+        request = self.request(input, actor=actor, **options)
+        return self.registry.router.send(request, using, outbox=outbox)
 
     async def as_async(
         self,
@@ -246,10 +222,12 @@ class Job(Generic[I]):
         input: I | Mapping[str, Any],
         *,
         using: Using = None,
+        outbox: bool = True,
         **options: Unpack[EnqueueOptions],
     ) -> EnqueueResult:
         """Async form of `as_`."""
-        return await self.registry.submit_async(self, input, using, actor=actor, **options)
+        request = self.request(input, actor=actor, **options)
+        return await self.registry.router.send_async(request, using, outbox=outbox)
 
     def describe(self) -> dict[str, Any]:
         """A plain description for dashboards and manifests; never the key itself."""
@@ -301,10 +279,7 @@ class Registry:
         self.database_url = database_url
         self.outbox = outbox
         self.mode = mode
-        self._schema_checked = False  # once per registry: a missing or old schema names the fix
-        # the enqueues that join no transaction; made here (it opens at its first call) so two
-        # threads enqueuing first at once cannot each make one
-        self._direct = SyncPool(database_url) if database_url else None
+        self.router = Router(database_url, outbox=outbox, mode=mode)
 
     def job(
         self,
@@ -419,89 +394,16 @@ class Registry:
     def jobs(self) -> list[Job[Any]]:
         return [self._jobs[name] for name in self.names()]
 
-    def _url(self) -> str:
-        if not self.database_url:
-            raise _no_database()
-        return self.database_url
-
-    def _transaction(self, using: object) -> object | None:
-        transaction = using if using is not None else current_transaction()
-        if transaction is None and self.mode == "required":
-            raise OutboxNoTransaction(
-                "this registry requires every enqueue to join a transaction, and none is open",
-                detail={},
-            )
-        return transaction
-
-    def submit(self, job: Job[Any], input: Any, using: object, **options: Any) -> EnqueueResult:
-        """Enqueue `job` on `using`, the ambient transaction, or directly (see __init__)."""
-        transaction, staged = self._route(using, options)
-        if isinstance(transaction, Client):
-            return transaction.run(job._enqueue_call(input, **options))
-        if transaction is not None and is_async(transaction):
-            raise DeclarationInvalid("an async transaction needs enqueue_async", detail={})
-        return self.run(job._enqueue_call(input, staged=staged, **options), transaction)
-
-    async def submit_async(
-        self, job: Job[Any], input: Any, using: object, **options: Any
-    ) -> EnqueueResult:
-        transaction, staged = self._route(using, options)
-        call = job._enqueue_call(input, staged=staged, **options)
-        return await self.run_async(call, transaction)
-
-    def _route(self, using: object, options: dict[str, Any]) -> tuple[object | None, bool]:
-        """Where an enqueue goes: (the transaction to join or None, whether to stage)."""
-        outbox = options.pop("outbox", True)
-        transaction = self._transaction(using)
-        if transaction is None or not self.outbox:
-            return transaction, False
-        if not outbox:
-            return None, False  # outbox=False: straight to the queue's own database
-        return transaction, True
-
     def run(self, call: calls.Call[T], using: object = None) -> T:
-        """Run `call` in `using`'s transaction, or on a pooled autocommit connection."""
-        if isinstance(using, Client):
-            return using.run(call)
-        if using is not None:
-            connection = sync_connection(using)
-            self._check(connection)
-            return execute(connection, call)
-        if self._direct is None:
-            raise _no_database()
-        return self._direct.run(call)
+        """Run any call as an enqueue would: in `using`'s transaction, or on the pool."""
+        return self.router.run(call, using)
+
+    async def run_async(self, call: calls.Call[T], using: object = None) -> T:
+        return await self.router.run_async(call, using)
 
     def close(self) -> None:
         """Close the connections direct enqueues keep open (a later enqueue opens them again)."""
-        if self._direct is not None:
-            self._direct.close()
-
-    async def run_async(self, call: calls.Call[T], using: object = None) -> T:
-        if using is not None:
-            connection = await async_connection(using)
-            await self._check_async(connection)
-            return await execute_async(connection, call)
-        async with await psycopg.AsyncConnection.connect(self._url(), autocommit=True) as fresh:
-            await self._check_async(fresh)
-            return await execute_async(fresh, call)
-
-    def _check(self, connection: psycopg.Connection[Any]) -> None:
-        if not self._schema_checked:
-            check_schema(connection)  # a savepoint inside the caller's transaction
-            self._schema_checked = True
-
-    async def _check_async(self, connection: psycopg.AsyncConnection[Any]) -> None:
-        if not self._schema_checked:
-            await check_schema_async(connection)
-            self._schema_checked = True
-
-
-def _no_database() -> DriverUnavailable:
-    return DriverUnavailable(
-        "no database to enqueue into: pass using=<connection> or Registry(database_url=...)",
-        detail={},
-        hint="durajobs.Registry(database_url=os.environ['DATABASE_URL'])",
-    )
+        self.router.close()
 
 
 def _is_async(handler: Handler) -> bool:

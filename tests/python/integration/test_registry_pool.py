@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import psycopg
 import pytest
 
@@ -62,3 +64,33 @@ def test_the_pool_refuses_a_database_without_the_schema(empty_database_url):
     with pytest.raises(durajobs.SchemaVersionMismatch, match="durajobs migrate"):
         registry.run(calls.version())
     registry.close()
+
+
+def test_async_direct_enqueues_take_the_same_pool(database_url):
+    registry = durajobs.Registry(database_url=database_url)
+
+    @declare(registry, "pooled-async", input=Numbered, idempotency_key=lambda i: f"pa:{i.n}")
+    async def pooled(ctx): ...
+
+    async def scenario() -> set[int]:
+        pids = {await registry.run_async(_backend_pid())}
+        for n in range(5):
+            await pooled.enqueue_async({"n": n})
+        pids.add(await registry.run_async(_backend_pid()))
+        pids.add(registry.run(_backend_pid()))
+        return pids
+
+    try:
+        assert len(asyncio.run(scenario())) == 1, "sync and async share one pooled connection"
+        with psycopg.connect(database_url, autocommit=True) as observer:
+            (held,) = observer.execute(
+                "select count(*) from pg_stat_activity where application_name = %s",
+                [APPLICATION_NAME],
+            ).fetchone()
+            (stored,) = observer.execute(
+                "select count(*) from jobs.jobs where name = 'pooled-async'"
+            ).fetchone()
+        assert held == 1
+        assert stored == 5
+    finally:
+        registry.close()
