@@ -66,13 +66,13 @@ select results_eq(
 
 -- the old token cannot settle the new attempt; the next claim gets a larger token
 select is(jobs.ack_v1(id => :'rd_id', worker_id => 'w1', claim => :'rd2_claim'), false,
-          'R8: the token from before the requeue cannot ack the requeued row');
+          'R8/R39: the token from before the requeue cannot ack the requeued row');
 select * from jobs_test.claim_one(queue => 'q-rq-done') \gset rd3_
 select is(:'rd3_id'::uuid, :'rd_id'::uuid, 'R8: the requeued row is handed out again');
-select cmp_ok(:'rd3_claim'::bigint, '>', :'rd2_claim'::bigint, 'R8: the new claim''s token is larger');
+select cmp_ok(:'rd3_claim'::bigint, '>', :'rd2_claim'::bigint, 'R8/R39: the new claim''s token is larger');
 select is(:'rd3_attempt'::integer, 1, 'R8: the new claim is attempt 1');
 select is(jobs.ack_v1(id => :'rd_id', worker_id => 'w1', claim => :'rd2_claim'), false,
-          'R8: the old token still cannot ack the new attempt');
+          'R8/R39: the old token still cannot ack the new attempt');
 select is(jobs.ack_v1(id => :'rd_id', worker_id => 'w1', claim => :'rd3_claim'), true,
           'R8: the new token acks it');
 

@@ -20,7 +20,7 @@ select jobs_test.enqueue(name => 'c-delayed', run_at => jobs._now() + interval '
 select is(jobs.cancel(id => :'c_delayed'), true, 'a delayed job cancels');
 
 -- a running job: the row is cancelled, its worker learns it at the next heartbeat, and its
--- late ack matches nothing (R38 / the fence on state = 'running')
+-- late ack matches nothing (R38: cancelled, not lost; R44: the fence on state = 'running')
 select jobs_test.enqueue(name => 'c-running', queue => 'q-cancel-run') as c_running \gset
 select (jobs_test.claim_one(queue => 'q-cancel-run', worker_id => 'w-c')).claim as c_claim \gset
 select is(jobs.cancel(id => :'c_running'), true, 'a running job cancels');

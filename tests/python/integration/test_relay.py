@@ -218,11 +218,11 @@ def test_a_failed_publish_in_one_database_publishes_nothing_of_its_batch(databas
 def test_rows_staged_within_one_millisecond_publish_in_staging_order(
     database_url, make_empty_database, where
 ):
-    queue_url = queue_database(where, database_url, make_empty_database)
-    job = send_job(durajobs.Registry(queue_url, outbox=True))
-    """R14/R15 and docs/transactions.md ("rows staged in one transaction keep their order"):
+    """R14 and docs/transactions.md ("rows staged in one transaction keep their order"):
     rows of one transaction share staged_at, and the ids of one millisecond are random after
     their timestamp, so (staged_at, id) alone would publish the later row first."""
+    queue_url = queue_database(where, database_url, make_empty_database)
+    job = send_job(durajobs.Registry(queue_url, outbox=True))
     with psycopg.connect(database_url) as connection:
         staged = [job.enqueue({"key": f"k{n}"}, using=connection) for n in range(5)]
         # make the ids sort opposite to the staging order, as two stages of one millisecond can
