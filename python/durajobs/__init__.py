@@ -12,7 +12,14 @@ from durajobs._db import calls
 from durajobs._db.execute import SCHEMA_VERSION, check_schema, execute, execute_async
 from durajobs._db.migrations import downgrade, migrate
 from durajobs._db.transactions import current_transaction, in_transaction
-from durajobs._values.records import ClaimedJob, EnqueueResult, QueueStat, SettleResult, StepRecord
+from durajobs._values.records import (
+    ClaimedJob,
+    EnqueueResult,
+    Fence,
+    QueueStat,
+    SettleResult,
+    StepRecord,
+)
 from durajobs._values.states import HeartbeatAnswer, JobState, NackTarget, StepStatus
 from durajobs.client import Client
 from durajobs.declare.registry import Job, Registry, Settled
@@ -70,6 +77,7 @@ __all__ = [
     "EnqueueResult",
     "ErrorClass",
     "ErrorCodeDuplicate",
+    "Fence",
     "HeartbeatAnswer",
     "IdempotencyRequired",
     "Invariant",

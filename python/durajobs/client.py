@@ -17,6 +17,7 @@ from durajobs._values.records import (
     CounterRow,
     CounterTotal,
     EnqueueResult,
+    Fence,
     JobSummary,
     PurgeResult,
     QueueDepth,
@@ -78,8 +79,9 @@ class Client:
     def claim(self, queues: Sequence[str], worker_id: str, **options: Any) -> list[ClaimedJob]:
         return self.run(calls.claim(queues, worker_id, **options))
 
-    def ack(self, id: UUID, worker_id: str, claim: int) -> bool:
-        return self.run(calls.ack(id, worker_id, claim))
+    def ack(self, fence: Fence) -> bool:
+        """Settle the attempt `fence` names as done (`ClaimedJob.fence` from a claim)."""
+        return self.run(calls.ack(fence))
 
     def ack_many(
         self, worker_id: str, ids: Sequence[UUID], claims: Sequence[int]
@@ -88,9 +90,7 @@ class Client:
 
     def nack(
         self,
-        id: UUID,
-        worker_id: str,
-        claim: int,
+        fence: Fence,
         *,
         next_state: NackTarget = NackTarget.READY,
         delay: timedelta | None = None,
@@ -101,9 +101,7 @@ class Client:
     ) -> bool:
         return self.run(
             calls.nack(
-                id,
-                worker_id,
-                claim,
+                fence,
                 next_state=next_state,
                 delay=delay,
                 counts_as_attempt=counts_as_attempt,
@@ -116,16 +114,12 @@ class Client:
     def nack_many(self, worker_id: str, nacks: Sequence[Mapping[str, Any]]) -> list[SettleResult]:
         return self.run(calls.nack_many(worker_id, nacks))
 
-    def heartbeat(
-        self, id: UUID, worker_id: str, claim: int, *, visibility: timedelta | None = None
-    ) -> HeartbeatAnswer:
-        return self.run(calls.heartbeat(id, worker_id, claim, visibility=visibility))
+    def heartbeat(self, fence: Fence, *, visibility: timedelta | None = None) -> HeartbeatAnswer:
+        return self.run(calls.heartbeat(fence, visibility=visibility))
 
     def record_step(
         self,
-        id: UUID,
-        worker_id: str,
-        claim: int,
+        fence: Fence,
         name: str,
         status: StepStatus,
         *,
@@ -134,9 +128,7 @@ class Client:
         wake_at: datetime | None = None,
     ) -> StepRecord:
         return self.run(
-            calls.record_step(
-                id, worker_id, claim, name, status, output=output, error=error, wake_at=wake_at
-            )
+            calls.record_step(fence, name, status, output=output, error=error, wake_at=wake_at)
         )
 
     def steps(self, run_id: UUID) -> list[StepRecord]:

@@ -23,6 +23,7 @@ from durajobs._values.records import (
     CounterTotal,
     EnqueueResult,
     EventLookup,
+    Fence,
     JobSummary,
     OutboxRecord,
     PurgeResult,
@@ -172,12 +173,16 @@ def claim(
         "drop_exhausted": None if drop_exhausted is None else list(drop_exhausted),
         "recover_lapsed": recover_lapsed,
     }
-    return _call("jobs.claim_v1", ClaimedJob.COLUMNS, arguments, _all(ClaimedJob.from_row))
+
+    def decode(rows: Sequence[Row]) -> list[ClaimedJob]:
+        # each row carries its claimant, so the fence of its writes is built here
+        return [ClaimedJob.from_row(row, worker_id) for row in rows]
+
+    return _call("jobs.claim_v1", ClaimedJob.COLUMNS, arguments, decode)
 
 
-def ack(id: UUID, worker_id: str, claim: int) -> Call[bool]:
-    arguments = {"id": id, "worker_id": worker_id, "claim": claim}
-    return _call("jobs.ack_v1", "", arguments, _scalar, scalar=True)
+def ack(fence: Fence) -> Call[bool]:
+    return _call("jobs.ack_v1", "", fence.arguments(), _scalar, scalar=True)
 
 
 def ack_many(
@@ -188,9 +193,7 @@ def ack_many(
 
 
 def nack(
-    id: UUID,
-    worker_id: str,
-    claim: int,
+    fence: Fence,
     *,
     next_state: NackTarget = NackTarget.READY,
     delay: timedelta | None = None,
@@ -200,9 +203,7 @@ def nack(
     error_stack: str | None = None,
 ) -> Call[bool]:
     arguments = {
-        "id": id,
-        "worker_id": worker_id,
-        "claim": claim,
+        **fence.arguments(),
         "next_state": str(next_state),
         "delay": delay,
         "counts_as_attempt": counts_as_attempt,
@@ -233,10 +234,8 @@ def nack_many(worker_id: str, nacks: Sequence[Mapping[str, Any]]) -> Call[list[S
     return _call("jobs.nack_many_v1", SettleResult.COLUMNS, arguments, _all(SettleResult.from_row))
 
 
-def heartbeat(
-    id: UUID, worker_id: str, claim: int, *, visibility: timedelta | None = None
-) -> Call[HeartbeatAnswer]:
-    arguments = {"id": id, "worker_id": worker_id, "claim": claim, "visibility": visibility}
+def heartbeat(fence: Fence, *, visibility: timedelta | None = None) -> Call[HeartbeatAnswer]:
+    arguments = {**fence.arguments(), "visibility": visibility}
 
     def decode(rows: Sequence[Row]) -> HeartbeatAnswer:
         return narrow(HeartbeatAnswer, rows[0][0], table="jobs.heartbeat_v1", column="answer")
@@ -245,9 +244,7 @@ def heartbeat(
 
 
 def record_step(
-    id: UUID,
-    worker_id: str,
-    claim: int,
+    fence: Fence,
     name: str,
     status: StepStatus,
     *,
@@ -256,9 +253,7 @@ def record_step(
     wake_at: datetime | None = None,
 ) -> Call[StepRecord]:
     arguments = {
-        "id": id,
-        "worker_id": worker_id,
-        "claim": claim,
+        **fence.arguments(),
         "name": name,
         "status": str(status),
         "output": None if output is None else Jsonb(output),
@@ -530,17 +525,10 @@ def promote_many(
 
 
 def progress(
-    id: UUID,
-    worker_id: str,
-    claim: int,
-    done: float,
-    total: float | None = None,
-    note: str | None = None,
+    fence: Fence, done: float, total: float | None = None, note: str | None = None
 ) -> Call[bool]:
     arguments = {
-        "id": id,
-        "worker_id": worker_id,
-        "claim": claim,
+        **fence.arguments(),
         "done": done,
         "total": total,
         "note": note,
@@ -584,11 +572,11 @@ def worker_heartbeat(
     return _call("jobs.worker_heartbeat", "", arguments, _scalar, scalar=True)
 
 
-def worker_running(worker_id: str) -> Call[list[tuple[UUID, int]]]:
-    """`jobs.worker_running_v1`: the (id, claim) of each row `worker_id` holds running."""
+def worker_running(worker_id: str) -> Call[list[Fence]]:
+    """`jobs.worker_running_v1`: the fence of each row `worker_id` holds running."""
 
-    def decode(rows: Sequence[Row]) -> list[tuple[UUID, int]]:
-        return [(row[0], int(row[1])) for row in rows]
+    def decode(rows: Sequence[Row]) -> list[Fence]:
+        return [Fence(row[0], worker_id, int(row[1])) for row in rows]
 
     return _call("jobs.worker_running_v1", "id, claim", {"worker_id": worker_id}, decode)
 

@@ -16,19 +16,36 @@ Row = tuple[Any, ...]
 Narrowed = dict[str, tuple[type[StrEnum], str]]
 
 
+@dataclass(frozen=True, slots=True)
+class Fence:
+    """The right to write to one claimed row: its id, the worker that claimed it and the claim's
+    token. Every write of an attempt (heartbeat, step, progress, ack, nack) carries it, and the
+    SQL refuses it once a later claim took the row."""
+
+    id: UUID
+    worker_id: str
+    claim: int
+
+    def arguments(self) -> dict[str, Any]:
+        """The three arguments, named as every fenced SQL function names them."""
+        return {"id": self.id, "worker_id": self.worker_id, "claim": self.claim}
+
+
 class Answer:
     """Base of every answer row: `COLUMNS` is its fields in order, `from_row` builds it.
 
     A subclass is a frozen, slotted dataclass whose fields are named and ordered as the SQL
     answer's columns. `NARROWED` maps the fields read into a StrEnum to the enum and the
     `table.column` a bad value is reported against, so an unknown state raises
-    X_JOB_ROW_STATUS_UNKNOWN.
+    X_JOB_ROW_STATUS_UNKNOWN. `LOCAL` names trailing fields the caller supplies rather than
+    the SQL (`from_row(row, *local)`).
     """
 
     __slots__ = ()
 
     COLUMNS: ClassVar[str] = ""
     NARROWED: ClassVar[Narrowed] = {}
+    LOCAL: ClassVar[tuple[str, ...]] = ()
     _NARROW_AT: ClassVar[tuple[tuple[int, type[StrEnum], str, str], ...]] = ()
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
@@ -39,7 +56,9 @@ class Answer:
             for name, annotation in inspect.get_annotations(cls).items()
             if not str(annotation).startswith("ClassVar")
         ]
-        cls.COLUMNS = ", ".join(fields)
+        if fields[len(fields) - len(cls.LOCAL) :] != list(cls.LOCAL):
+            raise TypeError(f"{cls.__name__}: LOCAL must name the last fields, in order")
+        cls.COLUMNS = ", ".join(fields[: len(fields) - len(cls.LOCAL)])
         at = []
         for name, (kind, column) in cls.NARROWED.items():
             table, _, column_name = column.rpartition(".")
@@ -47,13 +66,13 @@ class Answer:
         cls._NARROW_AT = tuple(at)
 
     @classmethod
-    def from_row(cls, row: Row) -> Self:
+    def from_row(cls, row: Row, *local: Any) -> Self:
         if not cls._NARROW_AT:
-            return cls(*row)
+            return cls(*row, *local)
         values = list(row)
         for index, kind, table, column in cls._NARROW_AT:
             values[index] = narrow(kind, values[index], table=table, column=column)
-        return cls(*values)
+        return cls(*values, *local)
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,8 +107,16 @@ class ClaimedJob(Answer):
     enqueued_by: str | None
     # whether the run may have stored steps: False lets the worker skip reading its history
     has_steps: bool = True
+    # who claimed it: the claim call's own argument, not a column
+    worker_id: str = ""
 
     NARROWED: ClassVar[Narrowed] = {"state": (JobState, "jobs.jobs.state")}
+    LOCAL: ClassVar[tuple[str, ...]] = ("worker_id",)
+
+    @property
+    def fence(self) -> Fence:
+        """What this attempt's writes carry: refused once a later claim took the row."""
+        return Fence(self.id, self.worker_id, self.claim)
 
     @property
     def buried(self) -> bool:

@@ -147,25 +147,15 @@ class JobExecution:
 class _Writer:
     """The step writer for one attempt: fenced in process (the signal) and in SQL (the claim)."""
 
-    def __init__(
-        self, db: Database, claimed: ClaimedJob, worker_id: str, signal: CancelSignal
-    ) -> None:
-        self._db, self._claimed, self._worker_id, self._signal = db, claimed, worker_id, signal
+    def __init__(self, db: Database, claimed: ClaimedJob, signal: CancelSignal) -> None:
+        self._db, self._fence, self._signal = db, claimed.fence, signal
 
     async def record_step(
         self, name: str, status: StepStatus, *, output: Any = None, wake_at: datetime | None = None
     ) -> StepRecord:
         self._signal.raise_if_set()
         return await self._db.run(
-            calls.record_step(
-                self._claimed.id,
-                self._worker_id,
-                self._claimed.claim,
-                name,
-                status,
-                output=output,
-                wake_at=wake_at,
-            )
+            calls.record_step(self._fence, name, status, output=output, wake_at=wake_at)
         )
 
     async def find_event(self, event: str, match: str | None, after: datetime) -> EventLookup:
@@ -341,8 +331,8 @@ class Attempt:
         self._db = db
         self._worker_id = worker_id
         self._on_abandoned = on_abandoned
-        self.reporter = ProgressReporter(db, claimed, worker_id, asyncio.get_running_loop())
-        self._settler = _Settler(db, lease, claimed, worker_id, self.reporter, acks)
+        self.reporter = ProgressReporter(db, claimed, asyncio.get_running_loop())
+        self._settler = _Settler(db, lease, claimed, self.reporter, acks)
         self._book: StepBook | None = None
         self._deadline: asyncio.TimerHandle | None = None
 
@@ -428,7 +418,7 @@ class Attempt:
         loop = asyncio.get_running_loop()
         book = self._book = new_book(
             records,
-            _Writer(self._db, claimed, self._worker_id, signal),
+            _Writer(self._db, claimed, signal),
             signal,
             job.step_timeout,
             job.event_poll,
@@ -694,7 +684,6 @@ class _Settler:
     db: Database
     lease: Lease
     claimed: ClaimedJob
-    worker_id: str
     progress: ProgressReporter | None = None
     acks: AckBatcher | None = None
 
@@ -702,7 +691,7 @@ class _Settler:
         claimed = self.claimed
         if self.acks is not None:
             return await self._settle(self.acks.ack(claimed.id, claimed.claim))
-        return await self._settle(self.db.run(calls.ack(claimed.id, self.worker_id, claimed.claim)))
+        return await self._settle(self.db.run(calls.ack(claimed.fence)))
 
     @property
     def batched(self) -> bool:
@@ -743,7 +732,7 @@ class _Settler:
 
     async def nack(self, **options: Any) -> bool:
         claimed = self.claimed
-        call = calls.nack(claimed.id, self.worker_id, claimed.claim, **options)
+        call = calls.nack(claimed.fence, **options)
         return await self._settle(self.db.run(call))
 
     async def _settle(self, sending: Awaitable[bool]) -> bool:

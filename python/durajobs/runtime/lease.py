@@ -32,7 +32,6 @@ class LeaseKeeper:
         self,
         db: Database,
         claimed: ClaimedJob,
-        worker_id: str,
         signal: CancelSignal,
         *,
         visibility: timedelta,
@@ -41,7 +40,6 @@ class LeaseKeeper:
     ) -> None:
         self._db = db
         self._claimed = claimed
-        self._worker_id = worker_id
         self._signal = signal
         self._visibility = visibility.total_seconds()
         self._interval = self._visibility / 3
@@ -121,10 +119,7 @@ class LeaseKeeper:
                 async with asyncio.timeout(remaining):
                     answer = await self._db.run(
                         calls.heartbeat(
-                            self._claimed.id,
-                            self._worker_id,
-                            self._claimed.claim,
-                            visibility=timedelta(seconds=self._visibility),
+                            self._claimed.fence, visibility=timedelta(seconds=self._visibility)
                         )
                     )
             except TimeoutError:

@@ -74,14 +74,12 @@ class ProgressReporter:
         self,
         db: Database,
         claimed: ClaimedJob,
-        worker_id: str,
         loop: asyncio.AbstractEventLoop,
         *,
         interval: float = PROGRESS_INTERVAL,
     ) -> None:
         self._db = db
         self._claimed = claimed
-        self._worker_id = worker_id
         self._loop = loop
         self._interval = interval
         self._pending: Progress | None = None
@@ -131,12 +129,7 @@ class ProgressReporter:
                 self.writes += 1
                 await self._db.run(
                     calls.progress(
-                        self._claimed.id,
-                        self._worker_id,
-                        self._claimed.claim,
-                        progress.done,
-                        progress.total,
-                        progress.note,
+                        self._claimed.fence, progress.done, progress.total, progress.note
                     )
                 )
         except Exception as failure:

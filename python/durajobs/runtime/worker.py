@@ -454,12 +454,10 @@ class Worker:
         try:
             async with asyncio.timeout(self.drain_time_left()):
                 held = await self.db.run(calls.worker_running(self.worker_id))
-                for id, claim in held:
-                    if id in self._running or id in self._abandoned_ids:
+                for fence in held:
+                    if fence.id in self._running or fence.id in self._abandoned_ids:
                         continue
-                    await self.db.run(
-                        calls.nack(id, self.worker_id, claim, counts_as_attempt=False)
-                    )
+                    await self.db.run(calls.nack(fence, counts_as_attempt=False))
             self._claim_cut = False
         except Exception as failure:  # TimeoutError included: the rows lapse, as on a crash
             log.error("jobs.worker.claim-lost", extra={"error": repr(failure)})
@@ -490,9 +488,7 @@ class Worker:
             if not self._accepting:
                 # drained while the claim was in flight: hand the row back, uncounted
                 try:
-                    await self.db.run(
-                        calls.nack(row.id, self.worker_id, row.claim, counts_as_attempt=False)
-                    )
+                    await self.db.run(calls.nack(row.fence, counts_as_attempt=False))
                 except Exception as failure:
                     log.error(
                         "jobs.settle.failed", extra={"id": str(row.id), "error": str(failure)}
@@ -543,9 +539,7 @@ class Worker:
 
     def _start(self, row: ClaimedJob, asked: float) -> None:
         signal = CancelSignal()
-        keeper = LeaseKeeper(
-            self.db, row, self.worker_id, signal, visibility=self.visibility, since=asked
-        )
+        keeper = LeaseKeeper(self.db, row, signal, visibility=self.visibility, since=asked)
         attempt = Attempt(
             row,
             self.registry,

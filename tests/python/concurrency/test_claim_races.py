@@ -11,6 +11,7 @@ import psycopg
 import pytest
 
 import durajobs
+from durajobs import Fence
 from durajobs._db import calls
 from durajobs._db.execute import execute
 
@@ -119,7 +120,7 @@ def test_a_lapsed_lease_is_retaken_by_another_worker(client, connect):
     assert [j.id for j in retaken] == [job.id]
     assert retaken[0].attempt == 2
     assert retaken[0].claim > first[0].claim
-    assert other.ack(job.id, "survivor", retaken[0].claim) is True
+    assert other.ack(Fence(job.id, "survivor", retaken[0].claim)) is True
 
 
 def test_a_token_from_before_a_reclaim_cannot_ack_even_under_the_same_worker(client, connect):
@@ -130,17 +131,19 @@ def test_a_token_from_before_a_reclaim_cannot_ack_even_under_the_same_worker(cli
     assert fresh.id == job.id
     assert fresh.claim > stale.claim
 
-    assert client.ack(job.id, "w", stale.claim) is False
-    assert client.nack(job.id, "w", stale.claim, error="late") is False
-    assert client.heartbeat(job.id, "w", stale.claim) is durajobs.HeartbeatAnswer.LOST
+    assert client.ack(Fence(job.id, "w", stale.claim)) is False
+    assert client.nack(Fence(job.id, "w", stale.claim), error="late") is False
+    assert client.heartbeat(Fence(job.id, "w", stale.claim)) is durajobs.HeartbeatAnswer.LOST
     with pytest.raises(durajobs.errors.JobLeaseLost):
-        client.record_step(job.id, "w", stale.claim, "late-step", durajobs.StepStatus.COMPLETED)
+        client.record_step(
+            Fence(job.id, "w", stale.claim), "late-step", durajobs.StepStatus.COMPLETED
+        )
 
     row = client.connection.execute(
         "select state, claims, last_error from jobs.jobs where id = %s", [job.id]
     ).fetchone()
     assert row == ("running", fresh.claim, None)
-    assert client.ack(job.id, "w", fresh.claim) is True
+    assert client.ack(Fence(job.id, "w", fresh.claim)) is True
 
 
 def test_a_claim_passes_over_locked_rows_instead_of_waiting(client, connect, database_url):

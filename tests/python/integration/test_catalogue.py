@@ -9,6 +9,7 @@ from uuid import uuid4
 
 import pytest
 
+from durajobs import Fence
 from durajobs._db import calls
 from durajobs._db.migrations import package_sql_dir
 from durajobs._values.states import LIVE_STATES, JobState, NackTarget, StepStatus
@@ -86,15 +87,19 @@ def _every_builder_with_every_argument():
         calls.claim(
             ["q"], "w", batch_size=2, visibility=timedelta(seconds=5), drop_exhausted=["n"]
         ),
-        calls.ack(job, "w", 1),
+        calls.ack(Fence(job, "w", 1)),
         calls.ack_many("w", [job], [1]),
         calls.nack(
-            job, "w", 1, delay=timedelta(seconds=1), error="e", error_code="X_E", error_stack="s"
+            Fence(job, "w", 1),
+            delay=timedelta(seconds=1),
+            error="e",
+            error_code="X_E",
+            error_stack="s",
         ),
         calls.nack_many("w", []),
-        calls.heartbeat(job, "w", 1, visibility=timedelta(seconds=5)),
+        calls.heartbeat(Fence(job, "w", 1), visibility=timedelta(seconds=5)),
         calls.record_step(
-            job, "w", 1, "s", StepStatus.SLEEPING, output={"a": 1}, error="e", wake_at=now
+            Fence(job, "w", 1), "s", StepStatus.SLEEPING, output={"a": 1}, error="e", wake_at=now
         ),
         calls.steps(uuid4()),
         calls.queue_stats(["q"]),

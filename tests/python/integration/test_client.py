@@ -88,15 +88,15 @@ def test_sql_errors_arrive_as_their_classes_with_detail_and_fix(client):
 def test_step_errors_arrive_as_their_classes(client):
     job = client.enqueue("n", {}, "k")
     claimed = client.claim(["default"], "w")[0]
-    client.record_step(job.id, "w", claimed.claim, "a", StepStatus.COMPLETED, output={"v": 1})
+    client.record_step(claimed.fence, "a", StepStatus.COMPLETED, output={"v": 1})
     with pytest.raises(errors.StepDuplicate):
-        client.record_step(job.id, "w", claimed.claim, "a", StepStatus.COMPLETED, output={"v": 2})
+        client.record_step(claimed.fence, "a", StepStatus.COMPLETED, output={"v": 2})
     assert [s.output for s in client.steps(job.run_id)] == [{"v": 1}]
 
     client.connection.execute("update jobs.jobs set state = 'cancelled' where id = %s", [job.id])
     with pytest.raises(errors.JobCancelled):
-        client.record_step(job.id, "w", claimed.claim, "b", StepStatus.COMPLETED)
-    assert client.heartbeat(job.id, "w", claimed.claim) is durajobs.HeartbeatAnswer.CANCELLED
+        client.record_step(claimed.fence, "b", StepStatus.COMPLETED)
+    assert client.heartbeat(claimed.fence) is durajobs.HeartbeatAnswer.CANCELLED
 
 
 def test_an_insert_that_no_row_explains_is_driver_unavailable(client):
@@ -140,7 +140,8 @@ def test_the_async_executor_runs_the_same_builders(database_url):
             await durajobs._db.execute.check_schema_async(conn)
             job = await durajobs.execute_async(conn, calls.enqueue("n", {"a": 1}, "k"))
             claimed = await durajobs.execute_async(conn, calls.claim(["default"], "w"))
-            acked = await durajobs.execute_async(conn, calls.ack(job.id, "w", claimed[0].claim))
+            assert claimed[0].id == job.id
+            acked = await durajobs.execute_async(conn, calls.ack(claimed[0].fence))
             await durajobs.execute_async(conn, calls.enqueue("n", {}, "dup"))
             with pytest.raises(errors.JobDuplicate):
                 await durajobs.execute_async(
@@ -155,11 +156,9 @@ def test_queue_stats_counts_a_shed_as_ready_and_a_park_as_suspended(client):
     """R9: a shed stays in the ready bucket; a park leaves it."""
     shed, parked = client.enqueue("n", {}, "shed"), client.enqueue("n", {}, "park")
     claimed = {job.id: job for job in client.claim(["default"], "w", batch_size=2)}
-    assert client.nack(shed.id, "w", claimed[shed.id].claim, counts_as_attempt=False)
+    assert client.nack(claimed[shed.id].fence, counts_as_attempt=False)
     assert client.nack(
-        parked.id,
-        "w",
-        claimed[parked.id].claim,
+        claimed[parked.id].fence,
         next_state=durajobs.NackTarget.SUSPENDED,
         counts_as_attempt=False,
     )

@@ -96,8 +96,8 @@ def test_progress_of_an_attempt_that_lost_its_row_is_not_written(database_url):
         [new] = client.claim(["default"], "w2")
         assert old.id == new.id
         assert old.claim != new.claim
-        assert client.run(calls.progress(old.id, "w1", old.claim, 5, 10)) is False
-        assert client.run(calls.progress(new.id, "w2", new.claim, 1, 10)) is True
+        assert client.run(calls.progress(old.fence, 5, 10)) is False
+        assert client.run(calls.progress(new.fence, 1, 10)) is True
     [(progress,)] = fetch_all(database_url, "select progress from jobs.jobs")
     assert progress["done"] == 1
 
@@ -305,7 +305,7 @@ def test_the_json_document_of_a_job_carries_its_progress(database_url):
     with durajobs.Client.connect(database_url) as client:
         client.enqueue("j", {"a": 1}, "k")
         [claimed] = client.claim(["default"], "w")
-        client.run(calls.progress(claimed.id, "w", claimed.claim, 2, 4, "half"))
+        client.run(calls.progress(claimed.fence, 2, 4, "half"))
         detail = job_detail(client.inspect_job(claimed.id))
     assert detail.job["progress"]["note"] == "half"
     assert json.loads(json.dumps(detail.as_json(), default=str))["job"]["input"] == {"a": 1}

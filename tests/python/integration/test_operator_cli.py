@@ -217,9 +217,9 @@ def _traced_job(client):
     """A job on its second attempt: a failed first attempt, two steps, progress reported."""
     id = failed_job(client, "traced", "emails")
     [claimed] = client.claim(["emails"], "w-2")
-    client.record_step(id, "w-2", claimed.claim, "render", StepStatus.COMPLETED, output={"n": 1})
-    client.record_step(id, "w-2", claimed.claim, "send", StepStatus.COMPLETED, output="sent")
-    client.run(calls.progress(id, "w-2", claimed.claim, 3, 10, "three of ten"))
+    client.record_step(claimed.fence, "render", StepStatus.COMPLETED, output={"n": 1})
+    client.record_step(claimed.fence, "send", StepStatus.COMPLETED, output="sent")
+    client.run(calls.progress(claimed.fence, 3, 10, "three of ten"))
     return id
 
 
@@ -330,8 +330,8 @@ def test_cancel_refuses_a_finished_or_unknown_job_and_changes_nothing(client, du
 def test_requeue_runs_a_finished_job_again_from_a_step(client, durajobs):
     claimed = claimed_job(client, "steps", "emails")
     for step in ("one", "two", "three"):
-        client.record_step(claimed.id, "w-1", claimed.claim, step, StepStatus.COMPLETED)
-    client.ack(claimed.id, "w-1", claimed.claim)
+        client.record_step(claimed.fence, step, StepStatus.COMPLETED)
+    client.ack(claimed.fence)
 
     ran = durajobs("jobs", "requeue", str(claimed.id), "--from-step", "two")
     assert ran.out == f"requeued job {claimed.id} from step two\n"
@@ -671,7 +671,7 @@ def test_workers_lists_the_live_registry(client, durajobs):
 def _settle_some(client):
     """send: one done, one retried; export: one dead."""
     done = claimed_job(client, "s1", "emails", name="send")
-    client.ack(done.id, "w-1", done.claim)
+    client.ack(done.fence)
     failed_job(client, "s2", "emails", name="send")
     dead_job(client, "x1", name="export")
 

@@ -12,8 +12,8 @@ def finished_job(client, key, *, run_id=None, step=True, queue="q-ret"):
     [claimed] = client.claim([queue], "w-ret", batch_size=1)
     assert claimed.id == enqueued.id
     if step:
-        client.record_step(claimed.id, "w-ret", claimed.claim, "s1", StepStatus.COMPLETED)
-    assert client.ack(claimed.id, "w-ret", claimed.claim)
+        client.record_step(claimed.fence, "s1", StepStatus.COMPLETED)
+    assert client.ack(claimed.fence)
     return enqueued.id
 
 

@@ -28,9 +28,7 @@ def failed_job(client, key, queue, name="op", max_attempts=5):
     """A job whose first attempt failed, with an error, a code and a stack."""
     claimed = claimed_job(client, key, queue, name=name, max_attempts=max_attempts)
     client.nack(
-        claimed.id,
-        "w-1",
-        claimed.claim,
+        claimed.fence,
         error="the mail server said no",
         error_code="X_MAIL_REFUSED",
         error_stack="Traceback (most recent call last):\n  File 'send.py'\nRefused",
@@ -40,15 +38,13 @@ def failed_job(client, key, queue, name="op", max_attempts=5):
 
 def dead_job(client, key, queue="graveyard", name="op"):
     claimed = claimed_job(client, key, queue, name=name, max_attempts=1)
-    client.nack(
-        claimed.id, "w-1", claimed.claim, next_state=NackTarget.DEAD, error="no", error_code="X_NO"
-    )
+    client.nack(claimed.fence, next_state=NackTarget.DEAD, error="no", error_code="X_NO")
     return claimed.id
 
 
 def done_job(client, key, queue="finished", name="op"):
     claimed = claimed_job(client, key, queue, name=name)
-    assert client.ack(claimed.id, "w-1", claimed.claim)
+    assert client.ack(claimed.fence)
     return claimed.id
 
 

@@ -1,0 +1,59 @@
+"""Answer rows: column lists from fields, and the fence a claim builds for its writes."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import ClassVar
+from uuid import UUID, uuid4
+
+import pytest
+
+from durajobs import ClaimedJob, Fence, StepStatus
+from durajobs._db import calls
+from durajobs._values.records import Answer
+
+
+def _claimed_row(id: UUID, claim: int) -> tuple[object, ...]:
+    now = datetime.now(UTC)
+    return (
+        id, uuid4(), "n", "default", {}, None, "running", 1, 3, claim, 0, now, now, now,
+        None, None, None, False,
+    )  # fmt: skip
+
+
+def test_the_claimant_is_not_a_column():
+    assert "worker_id" not in ClaimedJob.COLUMNS.split(", ")
+    assert ClaimedJob.COLUMNS.endswith("enqueued_by, has_steps")
+
+
+def test_a_claim_builds_each_row_s_fence_from_its_own_worker_id():
+    first, second = uuid4(), uuid4()
+    decoded = calls.claim(["default"], "w-42").decode(
+        [_claimed_row(first, 7), _claimed_row(second, 8)]
+    )
+    assert [row.fence for row in decoded] == [Fence(first, "w-42", 7), Fence(second, "w-42", 8)]
+
+
+def test_every_fenced_builder_sends_the_three_arguments():
+    fence = Fence(uuid4(), "w", 3)
+    expected = {"id": fence.id, "worker_id": "w", "claim": 3}
+    for call in (
+        calls.ack(fence),
+        calls.nack(fence),
+        calls.heartbeat(fence),
+        calls.record_step(fence, "s", StepStatus.COMPLETED),
+        calls.progress(fence, 1, 2),
+    ):
+        assert {key: call.params[key] for key in expected} == expected, call.function
+
+
+def test_local_fields_must_come_last():
+    with pytest.raises(TypeError, match="LOCAL"):
+
+        @dataclass(frozen=True, slots=True)
+        class Misplaced(Answer):
+            local: str
+            column: int
+
+            LOCAL: ClassVar[tuple[str, ...]] = ("local",)
