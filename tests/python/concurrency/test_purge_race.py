@@ -4,13 +4,13 @@ steps."""
 from __future__ import annotations
 
 import threading
-import time
 
 import psycopg
 
 from durajobs.client import Client
 from support.purging import age_finished, finished_job
 from support.rows import fetch_all
+from support.waiting import wait_until
 
 
 def test_two_purges_splitting_a_run_leave_none_of_its_steps(database_url):
@@ -41,7 +41,11 @@ def test_two_purges_splitting_a_run_leave_none_of_its_steps(database_url):
 
         racer = threading.Thread(target=second)
         racer.start()
-        time.sleep(0.5)
+        # until the second purge waits on the first one's session (or, wrongly, is done)
+        wait_until(
+            lambda: not racer.is_alive() or _blocked_by(database_url, holder.info.backend_pid),
+            what="the second purge's wait",
+        )
         assert racer.is_alive(), "a second purge waits for the first to end"
         holder.commit()
         racer.join(10)
@@ -50,3 +54,12 @@ def test_two_purges_splitting_a_run_leave_none_of_its_steps(database_url):
     assert second_answer == [(1, 1)], "it then sees the run's last row go, and its step with it"
     assert fetch_all(database_url, "select count(*) from jobs.jobs") == [(0,)]
     assert fetch_all(database_url, "select count(*) from jobs.steps") == [(0,)]
+
+
+def _blocked_by(database_url: str, pid: int) -> bool:
+    """Answer whether some session waits on a lock that backend `pid` holds."""
+    return fetch_all(
+        database_url,
+        "select exists (select 1 from pg_stat_activity where %s = any(pg_blocking_pids(pid)))",
+        [pid],
+    ) == [(True,)]

@@ -17,6 +17,8 @@ from durajobs.runtime.attempt import run_attempt
 from durajobs.runtime.cancel import CancelSignal
 from durajobs.runtime.worker import Worker
 from support.factory import declare
+from support.outbox import eventually
+from support.waiting import clock_at
 
 
 class Order(BaseModel):
@@ -38,7 +40,12 @@ def _row(database_url, query, params=()):
         return connection.execute(query, params).fetchone()
 
 
-async def _attempt(database_url, registry):
+async def _attempt(database_url, registry, *, later_by=None):
+    """Claim and run one attempt; `later_by` (a number of seconds) runs it on the database's
+    clock moved that far past now, instead of waiting for it."""
+    if later_by is not None:
+        (instant,) = _row(database_url, "select now() + make_interval(secs => %s)", [later_by])
+        database_url = clock_at(database_url, instant)
     async with AsyncDatabase(database_url) as db:
         rows = await db.run(calls.claim(["default"], "w"))
         assert rows, "nothing was due"
@@ -122,9 +129,8 @@ def test_a_required_wait_past_its_timeout_fails_with_x_job_timeout(database_url)
         "select run_at - updated_at <= interval '300 milliseconds' from jobs.jobs where id = %s",
         [job.id],
     ) == (True,)
-    time.sleep(0.35)
     _make_due(database_url)
-    second = asyncio.run(_attempt(database_url, registry))
+    second = asyncio.run(_attempt(database_url, registry, later_by=0.35))  # past the timeout
     assert second.code == "X_JOB_TIMEOUT"
     assert "'wait'" in (second.error or "")
 
@@ -141,9 +147,8 @@ def test_an_optional_wait_past_its_timeout_answers_none(database_url):
 
     optional.enqueue({"order_id": "o-1"})
     asyncio.run(_attempt(database_url, registry))
-    time.sleep(0.25)
     _make_due(database_url)
-    execution = asyncio.run(_attempt(database_url, registry))
+    execution = asyncio.run(_attempt(database_url, registry, later_by=0.25))  # past the timeout
     assert execution.outcome is durajobs.Outcome.COMPLETED
     assert answers == [None]
 
@@ -178,8 +183,10 @@ def test_a_worker_runs_a_waiting_job_to_the_end_when_the_event_comes(database_ur
 
     async def scenario():
         runner = asyncio.ensure_future(worker.run())
-        while _row(database_url, "select state from jobs.jobs")[0] != "suspended":
-            await asyncio.sleep(0.02)
+        await eventually(
+            lambda: _row(database_url, "select state from jobs.jobs")[0] == "suspended",
+            what="the run parked on its wait",
+        )
         with durajobs.Client.connect(database_url) as client:
             client.publish_event("order.paid", {"ok": True}, correlation_key="o-5")
         deadline = time.monotonic() + 10  # the poll floor finds the woken row, not event_poll

@@ -37,6 +37,7 @@ from durajobs.runtime.cancel import CancelSignal
 from durajobs.runtime.steps import AsyncSteps
 from support.factory import declare
 from support.models import Actor, Item
+from support.outbox import eventually
 
 WORKER = "worker-1"
 TERMINAL_CODE = "X_TEST_EXECUTION_CARD_DECLINED"
@@ -106,6 +107,24 @@ async def _claim(db: AsyncDatabase, *, queue: str = "default", wait: float = 5.0
             return row
         assert time.monotonic() < deadline, f"nothing became claimable within {wait} s"
         await asyncio.sleep(0.02)
+
+
+async def _claim_when_due(database_url: str, job_id: uuid.UUID) -> ClaimedJob:
+    """Claim the row `job_id` at its run_at on the database's clock instead of waiting for it:
+    the claiming session pins `durajobs.now` there (or at now(), if that is later)."""
+
+    def claim() -> list[ClaimedJob]:
+        with psycopg.connect(database_url, autocommit=True) as connection:
+            connection.execute(
+                "select set_config('durajobs.now', greatest(run_at, now())::text, false)"
+                " from jobs.jobs where id = %s",
+                [job_id],
+            )
+            return durajobs.execute(connection, calls.claim(["default"], WORKER))
+
+    (row,) = await asyncio.to_thread(claim)
+    assert (row.id, row.state) == (job_id, JobState.RUNNING)
+    return row
 
 
 async def _execute(
@@ -912,7 +931,8 @@ def test_plain_and_unclassified_errors_follow_the_backoff(database_url, connect,
     async def scenario(db):
         seen = []
         for _ in range(4):
-            execution = await _execute(db, registry, await _claim(db))
+            claimed = await _claim_when_due(database_url, queued.id)  # each backoff, on the clock
+            execution = await _execute(db, registry, claimed)
             row = _row(observer, queued.id)
             seen.append(
                 (execution.outcome, execution.code, row["state"], row["attempt"], row["delay"])
@@ -1006,7 +1026,8 @@ def test_a_body_ignoring_its_deadline_cannot_write_after_it(database_url, connec
         observed["finished_first"] = finished.is_set()
         observed["row"] = _snapshot(observer, queued.id)
         await _wait_for(finished, "the late body")
-        await asyncio.sleep(0.1)  # let the done callback report the abandoned body
+        # the done callback reports the abandoned body
+        await eventually(lambda: abandoned, timeout=5, what="the abandoned body's report")
         return execution
 
     execution = _run(database_url, scenario)

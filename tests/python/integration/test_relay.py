@@ -627,8 +627,7 @@ def test_an_idle_relay_backs_off_to_its_ceiling(database_url):
 
     async def scenario():
         runner = asyncio.ensure_future(relay.run())
-        while len(relay.idle_waits) < 6:
-            await asyncio.sleep(0.01)
+        await eventually(lambda: len(relay.idle_waits) >= 6, every=0.01, what="six idle waits")
         relay.stop()
         await runner
 
@@ -650,7 +649,8 @@ def test_a_second_cancel_does_not_cut_the_pass_in_flight(database_url, queue_url
         async with asyncio.timeout(10):
             await publishing.wait()
         runner.cancel()
-        await asyncio.sleep(0.05)
+        # the first cancel has landed once run() is in its shielded teardown
+        await eventually(lambda: relay._closing is not None, what="the relay's teardown")
         runner.cancel()
         with pytest.raises(asyncio.CancelledError):
             await runner

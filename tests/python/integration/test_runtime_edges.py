@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import threading
 
 import psycopg
 import pytest
@@ -19,6 +20,7 @@ from durajobs.runtime.cancel import CancelSignal
 from durajobs.runtime.worker import Worker
 from support.factory import declare
 from support.models import Actor
+from support.outbox import eventually
 
 
 class Lease:
@@ -156,13 +158,21 @@ def test_a_drain_after_stop_still_bounds_the_wait(database_url):
 
     job = long.enqueue({"key": "k"})
     worker = Worker(registry, database_url, listen=False)
+    settling = asyncio.Event()
+    real_settle_held = worker._settle_held
+
+    async def noted_settle_held():
+        settling.set()
+        await real_settle_held()
+
+    worker._settle_held = noted_settle_held  # type: ignore[method-assign]
 
     async def scenario():
         runner = asyncio.ensure_future(worker.run())
-        while not started:
-            await asyncio.sleep(0.02)
+        await eventually(lambda: started, what="the body start")
         worker.stop()  # wait for held work...
-        await asyncio.sleep(0.2)
+        async with asyncio.timeout(10):
+            await settling.wait()  # run() waits on the held attempt, with no deadline yet
         worker.drain()  # ...until SIGTERM arrives
         await asyncio.wait_for(runner, 10)
 
@@ -292,17 +302,28 @@ def test_the_final_attempt_is_told_to_the_body(database_url):
 def test_a_late_body_is_logged_as_abandoned(database_url, caplog):
     registry = durajobs.Registry(database_url=database_url)
 
+    returned = threading.Event()
+
     @declare(registry, "late-body", timeout="100ms")
     def late_body(ctx):
         import time
 
         time.sleep(1.0)  # ignores ctx.cancelled
+        returned.set()
 
     late_body.enqueue({"key": "k"})
 
     async def scenario():
         execution = await _execute_one(database_url, registry)
-        await asyncio.sleep(1.5)  # the body finishes after its attempt ended
+        # the body finishes after its attempt ended, and is reported then
+        await eventually(
+            lambda: (
+                returned.is_set()
+                and "jobs.timeout.abandoned" in [r.getMessage() for r in caplog.records]
+            ),
+            timeout=5,
+            what="the late body's return and its report",
+        )
         return execution
 
     with caplog.at_level(logging.WARNING, logger="durajobs"):

@@ -296,9 +296,11 @@ def test_an_abandoned_round_keeps_the_lease(database_url):
         registry, database_url, clock=Clock(START + timedelta(minutes=1)), holder="abandoned"
     )
     real_run = node.db.run
+    firing = asyncio.Event()
 
     async def hanging_fire(call):
         if call.function == "jobs.scheduler_fire":
+            firing.set()
             await asyncio.Event().wait()
         return await real_run(call)
 
@@ -306,9 +308,9 @@ def test_an_abandoned_round_keeps_the_lease(database_url):
 
     async def scenario():
         running = asyncio.ensure_future(node.run())
-        while not node.leading:
-            await asyncio.sleep(0.02)
-        await asyncio.sleep(0.1)
+        async with asyncio.timeout(10):
+            await firing.wait()  # mid-round: its fire is on the wire
+        assert node.leading
         running.cancel()  # the drain deadline passed mid-round
         await asyncio.gather(running, return_exceptions=True)
 

@@ -20,6 +20,7 @@ from durajobs.runtime.worker import Worker
 from support.dropped_cancel import CancelDropper, cancel_once_while_parked
 from support.factory import declare
 from support.models import TimedItem
+from support.outbox import eventually
 from support.rows import fetch_all
 from support.running import run_until
 
@@ -47,9 +48,12 @@ def _body_that_notes_its_cancel(registry, name, seen, *, attempts=None):
 async def _run_until_started(worker, seen):
     """Start `worker.run()` and answer its task once a body has noted "started"."""
     runner = asyncio.ensure_future(worker.run())
-    while "started" not in seen:
+
+    def started() -> bool:
         assert not runner.done(), runner
-        await asyncio.sleep(0.02)
+        return "started" in seen
+
+    await eventually(started, what="a body start")
     return runner
 
 
@@ -278,8 +282,7 @@ def test_a_cancel_stops_the_running_body_and_is_not_a_lease_loss(database_url, c
     async def scenario():
         runner = await _run_until_started(worker, seen)
         await asyncio.to_thread(fetch_all, database_url, "select jobs.cancel(%s)", [job.id])
-        while not worker.executions:
-            await asyncio.sleep(0.02)
+        await eventually(lambda: worker.executions, what="the cancelled attempt's end")
         worker.stop()
         await runner
 
@@ -316,8 +319,7 @@ def test_a_lease_taken_by_another_claim_is_lost_once(database_url, caplog):
     async def scenario():
         runner = await _run_until_started(worker, seen)
         await asyncio.to_thread(steal)
-        while not worker.executions:
-            await asyncio.sleep(0.02)
+        await eventually(lambda: worker.executions, what="the stolen attempt's end")
         await asyncio.sleep(0.5)  # a few more heartbeat intervals: still reported once
         worker.stop()
         await runner
@@ -660,13 +662,18 @@ def test_a_listener_that_never_hears_its_probe_stays_unverified(database_url, ca
     """R59: a proxy that swallows LISTEN must not raise the idle ceiling."""
     from durajobs.runtime.wake import QueueWake
 
+    def judged() -> bool:
+        messages = {r.getMessage() for r in caplog.records}
+        return bool(messages & {"jobs.wake.unverified", "jobs.wake.live"})
+
     async def scenario():
         async def swallowed(token):
             return None  # the probe never reaches the listener
 
         wake = QueueWake(database_url, {"default"}, lambda queue: None, swallowed)
         wake.start()
-        await asyncio.sleep(2.5)  # past the probe's 2 s window
+        # the probe's 2 s window ends in a verdict: unverified (or, wrongly, live)
+        await eventually(judged, timeout=10, what="the probe's verdict")
         proven = wake.proven
         await wake.stop()
         return proven
@@ -697,7 +704,9 @@ def test_a_proven_wake_raises_the_idle_ceiling(database_url):
                 break
             await asyncio.sleep(0.02)
         proven_at = len(worker.idle_waits)
-        await asyncio.sleep(1.0)
+        await eventually(
+            lambda: 0.16 in worker.idle_waits[proven_at:], timeout=5, what="a raised idle wait"
+        )
         worker.stop()
         await runner
         return worker.idle_waits[proven_at:]
@@ -899,8 +908,10 @@ def test_a_wake_for_a_queue_the_worker_does_not_serve_is_ignored(database_url):
 
     async def scenario():
         runner = asyncio.ensure_future(worker.run())
-        while not (worker._wake is not None and worker._wake.proven and claims):
-            await asyncio.sleep(0.02)
+        await eventually(
+            lambda: worker._wake is not None and worker._wake.proven and claims,
+            what="a proven listener and a first claim",
+        )
         before = len(claims)
         await asyncio.to_thread(fetch_all, database_url, "select pg_notify('jobs_wake', 'theirs')")
         await asyncio.sleep(0.5)
@@ -931,7 +942,7 @@ def test_the_worker_installs_no_signal_handlers_unless_asked(database_url):
 
     async def scenario():
         runner = asyncio.ensure_future(worker.run())
-        await asyncio.sleep(0.2)
+        await eventually(lambda: worker.idle_waits, what="the worker's first idle pass")
         seen.append(signals.getsignal(signals.SIGTERM))
         worker.stop()
         await runner
@@ -1195,8 +1206,7 @@ def test_a_drain_waits_for_a_sync_step_still_running_in_its_thread(database_url)
 
     async def scenario():
         runner = asyncio.ensure_future(worker.run())
-        while "step-started" not in seen:
-            await asyncio.sleep(0.01)
+        await eventually(lambda: "step-started" in seen, every=0.01, what="the step start")
         worker.drain()
         await runner
         at_settle.append(list(seen))
@@ -1232,13 +1242,13 @@ def test_the_drain_deadline_runs_from_the_drain_not_from_the_claim_in_flight(dat
     async def scenario() -> float:
         runner = asyncio.ensure_future(worker.run())
         with psycopg.connect(database_url, autocommit=True) as watcher:
-            while "started" not in seen:
-                await asyncio.sleep(0.02)
+            await eventually(lambda: "started" in seen, what="the body start")
             async with await psycopg.AsyncConnection.connect(database_url) as locker:
                 # every claim reads the pauses: the worker's next one waits on this lock
                 await locker.execute("lock table jobs.queue_pauses in access exclusive mode")
-                while not claim_is_blocked(watcher):
-                    await asyncio.sleep(0.05)
+                await eventually(
+                    lambda: claim_is_blocked(watcher), every=0.05, what="a claim on the lock"
+                )
                 drained_at = time.monotonic()
                 worker.drain()
                 await asyncio.sleep(3)
@@ -1269,7 +1279,7 @@ def test_the_drain_budget_left_counts_down_from_the_drain(database_url):
 
     async def scenario() -> tuple[float, float]:
         runner = asyncio.ensure_future(worker.run())
-        await asyncio.sleep(0.3)
+        await eventually(lambda: worker.idle_waits, what="the worker's first idle pass")
         worker.drain()
         first = worker.drain_time_left()
         await runner
@@ -1300,8 +1310,9 @@ def test_a_second_cancel_still_forgets_the_registry_row(database_url, turns):
         with pytest.raises(asyncio.CancelledError):
             async with asyncio.timeout(10):
                 await runner
-        # past the row's TTL: only a renewal could keep it
-        await asyncio.sleep(1.5)
+        # a second cancel returns at once; the shielded teardown goes on: it has forgotten the
+        # row once it has closed the pool, after which nothing can renew the row
+        await eventually(lambda: worker.db.pool.closed, what="the worker's teardown")
 
     asyncio.run(scenario())
     assert fetch_all(database_url, "select count(*) from jobs.workers") == [(0,)]

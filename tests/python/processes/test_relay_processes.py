@@ -13,6 +13,7 @@ import time
 import durajobs
 from support.outbox import job_rows, outbox_rows, relay_into, send_job, stage
 from support.rows import fetch_all
+from support.waiting import clock_at
 
 
 def test_the_relay_command_publishes_and_stops_on_sigterm(database_url):
@@ -66,8 +67,9 @@ def test_a_relay_process_killed_between_publish_and_mark_still_runs_the_job_once
         process.wait(timeout=10)
     assert outbox_rows(database_url)[0][3] is False  # published, never marked
 
-    time.sleep(0.6)  # the dead relay's claim lease lapses
-    survivor = relay_into(database_url, queue_url, listen=False)
+    # the survivor claims on the database's clock at the instant the dead relay's lease lapses
+    [(lapses,)] = fetch_all(database_url, "select claim_expires_at from jobs.outbox")
+    survivor = relay_into(clock_at(database_url, lapses), queue_url, listen=False)
 
     async def scenario():
         await survivor.open()

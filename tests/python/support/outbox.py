@@ -4,6 +4,7 @@ a queue's database, and what each database holds afterwards."""
 from __future__ import annotations
 
 import asyncio
+import inspect
 import time
 from typing import Any
 
@@ -87,10 +88,13 @@ def record_publishes(relay: OutboxRelay, published: list[Any]) -> None:
 async def eventually(
     check: Any, *, timeout: float = 10.0, every: float = 0.02, what: str = "the condition"
 ) -> Any:
-    """Await `check()` until it answers something true; answer that."""
+    """Await `check()` until it answers something true; answer that. A plain function's
+    answer is taken as it is, an awaitable's is awaited."""
     deadline = time.monotonic() + timeout
     while True:
-        answer = await check()
+        answer = check()
+        if inspect.isawaitable(answer):
+            answer = await answer
         if answer:
             return answer
         assert time.monotonic() < deadline, f"{what} did not hold in time"
