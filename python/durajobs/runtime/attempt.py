@@ -182,7 +182,6 @@ async def run_attempt(
     registry: Registry,
     *,
     db: Database,
-    worker_id: str,
     signal: CancelSignal,
     lease: Lease,
     on_abandoned: Callable[[JobExecution], None] | None = None,
@@ -199,7 +198,6 @@ async def run_attempt(
         claimed,
         registry,
         db=db,
-        worker_id=worker_id,
         signal=signal,
         lease=lease,
         acks=acks,
@@ -317,7 +315,6 @@ class Attempt:
         registry: Registry,
         *,
         db: Database,
-        worker_id: str,
         signal: CancelSignal,
         lease: Lease,
         acks: AckBatcher | None = None,
@@ -329,7 +326,6 @@ class Attempt:
         self.signal = signal
         self.lease = lease
         self._db = db
-        self._worker_id = worker_id
         self._on_abandoned = on_abandoned
         self.reporter = ProgressReporter(db, claimed, asyncio.get_running_loop())
         self._settler = _Settler(db, lease, claimed, self.reporter, acks)

@@ -544,7 +544,6 @@ class Worker:
             row,
             self.registry,
             db=self.db,
-            worker_id=self.worker_id,
             signal=signal,
             lease=keeper,
             acks=self._acks,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import psycopg
@@ -105,6 +105,12 @@ def test_twenty_thousand_jobs_four_claimers_each_acked_exactly_once(client, data
     assert states == [("done", 20_000, 1, 1)]
 
 
+def _pin_clock(client: durajobs.Client, instant: datetime | None) -> None:
+    """Make jobs._now() read `instant` on this client's session (the claim reads no other)."""
+    assert instant is not None
+    client.connection.execute("select set_config('durajobs.now', %s, false)", [instant.isoformat()])
+
+
 def test_a_lapsed_lease_is_retaken_by_another_worker(client, connect):
     job = client.enqueue("lapse", {}, "lapse:1")
     other = durajobs.Client(connect())
@@ -113,8 +119,8 @@ def test_a_lapsed_lease_is_retaken_by_another_worker(client, connect):
     assert [j.id for j in first] == [job.id]
     assert other.claim(["default"], "survivor") == []  # leased: not handed out twice
 
-    # the lease lapses on the database's clock: wait for it there, not by guessing
-    client.connection.execute("select pg_sleep(0.3)")
+    # the lease lapses on the database's clock: move the survivor's session past it
+    _pin_clock(other, first[0].lease_expires_at + timedelta(seconds=1))
     retaken = other.claim(["default"], "survivor")
 
     assert [j.id for j in retaken] == [job.id]
@@ -126,8 +132,9 @@ def test_a_lapsed_lease_is_retaken_by_another_worker(client, connect):
 def test_a_token_from_before_a_reclaim_cannot_ack_even_under_the_same_worker(client, connect):
     job = client.enqueue("fenced", {}, "fenced:1")
     stale = client.claim(["default"], "w", visibility=timedelta(milliseconds=100))[0]
-    client.connection.execute("select pg_sleep(0.15)")
-    fresh = durajobs.Client(connect()).claim(["default"], "w")[0]
+    later = durajobs.Client(connect())
+    _pin_clock(later, stale.lease_expires_at + timedelta(seconds=1))
+    fresh = later.claim(["default"], "w")[0]
     assert fresh.id == job.id
     assert fresh.claim > stale.claim
 

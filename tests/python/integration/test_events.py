@@ -49,9 +49,7 @@ async def _attempt(database_url, registry, *, later_by=None):
     async with AsyncDatabase(database_url) as db:
         rows = await db.run(calls.claim(["default"], "w"))
         assert rows, "nothing was due"
-        return await run_attempt(
-            rows[0], registry, db=db, worker_id="w", signal=CancelSignal(), lease=Lease()
-        )
+        return await run_attempt(rows[0], registry, db=db, signal=CancelSignal(), lease=Lease())
 
 
 def _make_due(database_url):
@@ -212,9 +210,7 @@ def test_a_publish_wakes_the_waiting_runs_queue(database_url):
     async def park():
         async with AsyncDatabase(database_url) as db:
             (row,) = await db.run(calls.claim(["orders"], "w"))
-            await run_attempt(
-                row, registry, db=db, worker_id="w", signal=CancelSignal(), lease=Lease()
-            )
+            await run_attempt(row, registry, db=db, signal=CancelSignal(), lease=Lease())
 
     asyncio.run(park())
     with psycopg.connect(database_url, autocommit=True) as listener:

@@ -140,7 +140,6 @@ async def _execute(
         claimed,
         registry,
         db=db,
-        worker_id=WORKER,
         signal=signal or CancelSignal(),
         lease=lease or Lease(),
         on_abandoned=on_abandoned,

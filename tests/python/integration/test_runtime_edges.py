@@ -41,7 +41,7 @@ async def _execute_one(database_url, registry, *, signal=None, before=None):
         if before is not None:
             await asyncio.to_thread(before, claimed)
         return await run_attempt(
-            claimed, registry, db=db, worker_id="w", signal=signal or CancelSignal(), lease=Lease()
+            claimed, registry, db=db, signal=signal or CancelSignal(), lease=Lease()
         )
 
 
@@ -118,7 +118,6 @@ def test_a_run_parked_by_a_step_under_a_drain_stays_parked(database_url):
                 claimed,
                 registry,
                 db=DrainAfterTheSleepIsStored(db),
-                worker_id="w",
                 signal=signal,
                 lease=Lease(),
             )
@@ -435,9 +434,7 @@ def test_a_history_that_cannot_be_read_hands_the_run_back_uncounted(database_url
                 return await real_run(call)
 
             db.run = broken_history  # type: ignore[method-assign]
-            return await run_attempt(
-                claimed, registry, db=db, worker_id="w", signal=CancelSignal(), lease=Lease()
-            )
+            return await run_attempt(claimed, registry, db=db, signal=CancelSignal(), lease=Lease())
 
     execution = asyncio.run(scenario())
     assert execution.outcome is durajobs.Outcome.INTERRUPTED
@@ -488,9 +485,7 @@ def test_a_first_attempt_without_steps_reads_no_history_and_a_resumed_run_does(d
                 return await real_run(call)
 
             db.run = recording  # type: ignore[method-assign]
-            await run_attempt(
-                claimed, registry, db=db, worker_id="w", signal=CancelSignal(), lease=Lease()
-            )
+            await run_attempt(claimed, registry, db=db, signal=CancelSignal(), lease=Lease())
             return functions
 
     first = asyncio.run(attempt())
