@@ -14,13 +14,21 @@ from durajobs._db.migrations import downgrade, migrate
 from durajobs._db.transactions import current_transaction, in_transaction
 from durajobs._values.records import (
     ClaimedJob,
+    Declared,
     EnqueueResult,
     Fence,
+    JobType,
     QueueStat,
     SettleResult,
     StepRecord,
 )
-from durajobs._values.states import HeartbeatAnswer, JobState, NackTarget, StepStatus
+from durajobs._values.states import (
+    DeclareOutcome,
+    HeartbeatAnswer,
+    JobState,
+    NackTarget,
+    StepStatus,
+)
 from durajobs.client import Client
 from durajobs.declare.registry import Job, Registry, Settled
 from durajobs.declare.retry import ErrorClass, RetryPolicy, register_error_class
@@ -39,6 +47,7 @@ from durajobs.errors import (
     IdempotencyRequired,
     Invariant,
     JobCancelled,
+    JobDeclarationConflict,
     JobDuplicate,
     JobInputInvalid,
     JobLeaseLost,
@@ -70,6 +79,8 @@ __all__ = [
     "ConfigInvalid",
     "DatabaseUrlMissing",
     "DeclarationInvalid",
+    "DeclareOutcome",
+    "Declared",
     "Draining",
     "DriverUnavailable",
     "DurajobsError",
@@ -84,6 +95,7 @@ __all__ = [
     "Job",
     "JobCancelled",
     "JobContext",
+    "JobDeclarationConflict",
     "JobDuplicate",
     "JobExecution",
     "JobInputInvalid",
@@ -99,6 +111,7 @@ __all__ = [
     "JobState",
     "JobTenantRequired",
     "JobTimeout",
+    "JobType",
     "NackTarget",
     "OutboxNoTransaction",
     "Outcome",

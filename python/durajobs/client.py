@@ -19,6 +19,7 @@ from durajobs._values.records import (
     EnqueueResult,
     Fence,
     JobSummary,
+    JobType,
     PurgeResult,
     QueueDepth,
     QueueStat,
@@ -184,6 +185,13 @@ class Client:
 
     def counter_totals(self, *, since: datetime | None = None) -> list[CounterTotal]:
         return self.run(calls.counter_totals(since=since))
+
+    def job_types(self) -> list[JobType]:
+        """The job catalogue (`jobs.job_types()`), in code-point order of the name."""
+        return self.run(calls.job_types())
+
+    def forget_job_type(self, name: str) -> bool:
+        return self.run(calls.forget_job_type(name))
 
     def rollup_counters(self) -> dict[str, int]:
         return self.run(calls.rollup_counters())

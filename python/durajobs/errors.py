@@ -193,6 +193,10 @@ class JobTenantRequired(DurajobsError, ValueError):
     code = "X_JOB_TENANT_REQUIRED"
 
 
+class JobDeclarationConflict(DurajobsError):
+    code = "X_JOB_DECLARATION_CONFLICT"
+
+
 class StepOutputInvalid(DurajobsError):
     code = "X_STEP_OUTPUT_INVALID"
 

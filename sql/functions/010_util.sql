@@ -10,7 +10,7 @@ language sql
 stable
 set search_path = pg_catalog, pg_temp
 as $$
-  select 1
+  select 2
 $$;
 
 -- jobs._now: the one clock every function reads. A test pins it with
@@ -132,7 +132,9 @@ insert into jobs.error_codes (code, sqlstate, fix) values
   ('X_JOB_NOT_REMOVABLE', 'JQ015',
    'cancel the running job first (jobs.cancel), then remove it'),
   ('X_JOB_NOT_PROMOTABLE', 'JQ016',
-   'only a delayed job, or a ready one backing off, can be made due now');
+   'only a delayed job, or a ready one backing off, can be made due now'),
+  ('X_JOB_TENANT_REQUIRED', 'JQ017',
+   'declare tenant=lambda input: input.org_id, or tenant=''none'' for a job with no tenant; from SQL pass tenant_id => the tenant the job acts for');
 
 -- jobs._raise: raise the registered error `code` with its SQLSTATE, a message that starts with
 -- the code, structured detail (a JSON object that always carries the code) and the fix as hint.

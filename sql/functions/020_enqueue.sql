@@ -1,7 +1,8 @@
 -- 020_enqueue: put jobs on the queue, one or many, deduped on the live idempotency key, and
 -- announce them to idle workers.
 --
--- Tables: jobs.jobs (insert, read). Locks: the unique indexes only (an insert that meets an
+-- Tables: jobs.jobs (insert, read), jobs.declarations (read: a declared name's defaults and tenant
+-- rule; a name with none enqueues with the built-in ones). Locks: the unique indexes only (an insert that meets an
 -- uncommitted twin waits for that transaction, as any unique insert does).
 -- Wake: pg_notify('jobs_wake', <queue>) at most once per queue per 250 ms slot, for rows due
 -- within 1 s, never for a dedupe. The throttle is in the statement because NOTIFY serialises
@@ -28,12 +29,14 @@ create type jobs._enqueue_request as (
   max_attempts integer,
   priority integer,
   traceparent text,
-  enqueued_by text
+  enqueued_by text,
+  tenant_required boolean
 );
 
 -- jobs._check_enqueue: refuse a request a caller could not have meant.
 -- Arguments: the calling function's name, a prefix naming the request (e.g. 'requests[3].'), and
--- the request's fields. Raises X_ARGUMENT_INVALID, X_JOB_INPUT_INVALID, X_IDEMPOTENCY_REQUIRED.
+-- the request's fields, and whether the job's declaration requires a tenant. Raises
+-- X_ARGUMENT_INVALID, X_JOB_INPUT_INVALID, X_IDEMPOTENCY_REQUIRED, X_JOB_TENANT_REQUIRED.
 -- Locks nothing. jobs.enqueue_many finds the first request to refuse with the same tests: change
 -- both together.
 create function jobs._check_enqueue(
@@ -46,7 +49,8 @@ create function jobs._check_enqueue(
   tenant_id text,
   run_at timestamptz,
   max_attempts integer,
-  priority integer
+  priority integer,
+  tenant_required boolean default false
 )
 returns void
 language plpgsql
@@ -88,6 +92,15 @@ begin
   end if;
   if _check_enqueue.priority is null then
     perform jobs._invalid(function_name, prefix || 'priority', 'must not be NULL (0 is the default)');
+  end if;
+  if _check_enqueue.tenant_required and _check_enqueue.tenant_id is null then
+    perform jobs._raise(
+      'X_JOB_TENANT_REQUIRED',
+      format('%s: %stenant_id is required: job %s is declared with a tenant', function_name,
+             prefix, _check_enqueue.name),
+      jsonb_build_object('function', function_name, 'argument', prefix || 'tenant_id',
+                         'job', _check_enqueue.name),
+      'pass tenant_id => the tenant this job acts for (see jobs.job_types())');
   end if;
 end;
 $$;
@@ -180,14 +193,16 @@ end;
 $$;
 
 -- jobs.enqueue: put one job on the queue.
--- Arguments: name, input (a JSON object), idempotency_key; optional queue ('default'),
--- tenant_id, run_at (now), max_attempts (20), priority (0, lower runs first), id (the job's id,
--- e.g. an outbox row's), run_id (keeps a resumed run's step history), on_conflict ('dedupe' or
--- 'error'), traceparent, enqueued_by.
+-- Arguments: name, input (a JSON object), idempotency_key; optional queue, max_attempts and
+-- priority (lower runs first), each left NULL taking the name's declaration in jobs.declarations,
+-- else 'default', 20 and 0; tenant_id (required when the declaration says so), run_at (now), id
+-- (the job's id, e.g. an outbox row's), run_id (keeps a resumed run's step history),
+-- on_conflict ('dedupe' or 'error'), traceparent, enqueued_by.
 -- Answers (id, run_id, deduped): the new job's ids, or with deduped = true the ids of the live job
 -- holding (name, tenant_id, idempotency_key), or of the row that already has the given id, live
 -- or finished. A run_at more than now makes the row 'delayed', else 'ready'.
--- Raises X_ARGUMENT_INVALID, X_JOB_INPUT_INVALID, X_IDEMPOTENCY_REQUIRED; X_JOB_DUPLICATE under
+-- Raises X_ARGUMENT_INVALID, X_JOB_INPUT_INVALID, X_IDEMPOTENCY_REQUIRED,
+-- X_JOB_TENANT_REQUIRED; X_JOB_DUPLICATE under
 -- on_conflict => 'error' (detail.reason 'key_held' or 'id_exists'), and always when the given id
 -- already names a different job (name, tenant or key differ: 'id_taken'); X_DRIVER_UNAVAILABLE
 -- when two inserts conflict and no row explains why (the unique index is missing).
@@ -198,11 +213,11 @@ create function jobs.enqueue(
   name text,
   input jsonb,
   idempotency_key text,
-  queue text default 'default',
+  queue text default null,
   tenant_id text default null,
   run_at timestamptz default null,
-  max_attempts integer default 20,
-  priority integer default 0,
+  max_attempts integer default null,
+  priority integer default null,
   id uuid default null,
   run_id uuid default null,
   on_conflict text default 'dedupe',
@@ -220,10 +235,22 @@ declare
   v_id uuid := coalesce(enqueue.id, jobs._uuid_v7());
   v_result jobs.enqueue_result;
   v_by_id record;
+  v_declared record;
+  v_queue text;
+  v_max_attempts integer;
+  v_priority integer;
 begin
+  select t.queue, t.max_attempts, t.priority, t.tenant_required
+    into v_declared
+    from jobs.declarations t
+   where t.name = enqueue.name;
+  v_queue := coalesce(enqueue.queue, v_declared.queue, 'default');
+  v_max_attempts := coalesce(enqueue.max_attempts, v_declared.max_attempts, 20);
+  v_priority := coalesce(enqueue.priority, v_declared.priority, 0);
   perform jobs._check_enqueue('jobs.enqueue', '', enqueue.name, enqueue.input,
-                              enqueue.idempotency_key, enqueue.queue, enqueue.tenant_id,
-                              v_run_at, enqueue.max_attempts, enqueue.priority);
+                              enqueue.idempotency_key, v_queue, enqueue.tenant_id,
+                              v_run_at, v_max_attempts, v_priority,
+                              coalesce(v_declared.tenant_required, false));
   perform jobs._check_on_conflict('jobs.enqueue', enqueue.on_conflict);
 
   -- two tries at most: the live holder may finish between the conflict and the lookup
@@ -234,17 +261,17 @@ begin
       id, name, queue, input, idempotency_key, tenant_id, run_id, state, priority,
       max_attempts, run_at, created_at, updated_at, traceparent, enqueued_by)
     values (
-      v_id, enqueue.name, enqueue.queue, enqueue.input,
+      v_id, enqueue.name, v_queue, enqueue.input,
       enqueue.idempotency_key, enqueue.tenant_id, coalesce(enqueue.run_id, v_id),
-      case when v_run_at > v_now then 'delayed' else 'ready' end, enqueue.priority,
-      enqueue.max_attempts, v_run_at, v_now, v_now, enqueue.traceparent, enqueue.enqueued_by)
+      case when v_run_at > v_now then 'delayed' else 'ready' end, v_priority,
+      v_max_attempts, v_run_at, v_now, v_now, enqueue.traceparent, enqueue.enqueued_by)
     on conflict do nothing
     returning j.id, j.run_id, false
       into v_result;
 
     if v_result.id is not null then
       if v_run_at <= v_now + interval '1 second' then
-        perform jobs._announce(enqueue.queue, v_now);
+        perform jobs._announce(v_queue, v_now);
       end if;
       return v_result;
     end if;
@@ -384,7 +411,9 @@ $$;
 -- jobs.enqueue_many: put many jobs on the queue in one statement, with the rules of
 -- jobs.enqueue. Arguments: requests, a JSON array of objects whose keys are jobs.enqueue's
 -- argument names (name, input and idempotency_key required; queue, tenant_id, run_at,
--- max_attempts, priority, id, run_id, traceparent, enqueued_by optional); on_conflict for all.
+-- max_attempts, priority, id, run_id, traceparent, enqueued_by optional, a left-out queue,
+-- max_attempts or priority taking the name's declaration as in jobs.enqueue); on_conflict for
+-- all.
 -- A key repeated inside the batch dedupes to its first occurrence.
 -- Answers one (id, run_id, deduped) per request, in input order.
 -- Raises what jobs.enqueue raises, naming the request (requests[3].name); under
@@ -434,7 +463,7 @@ begin
               coalesce(x.id, v_new_ids[x.ord]),
               x.id is not null,
               x.name,
-              coalesce(x.queue, 'default'),
+              coalesce(x.queue, t.queue, 'default'),
               -- a JSON null input stays jsonb 'null' (the recordset makes it SQL NULL), so the
               -- refusal says "got null", as jobs.enqueue's does
               coalesce(x.input,
@@ -443,10 +472,11 @@ begin
               x.tenant_id,
               coalesce(x.run_id, x.id, v_new_ids[x.ord]),
               coalesce(x.run_at, v_now),
-              coalesce(x.max_attempts, 20),
-              coalesce(x.priority, 0),
+              coalesce(x.max_attempts, t.max_attempts, 20),
+              coalesce(x.priority, t.priority, 0),
               x.traceparent,
-              x.enqueued_by)::jobs._enqueue_request as r
+              x.enqueued_by,
+              coalesce(t.tenant_required, false))::jobs._enqueue_request as r
         from rows from (
                jsonb_to_recordset(requests) as (
                  id uuid, name text, queue text, input jsonb, idempotency_key text,
@@ -455,6 +485,7 @@ begin
              ) with ordinality as x(id, name, queue, input, idempotency_key, tenant_id, run_id,
                                     run_at, max_attempts, priority, traceparent, enqueued_by,
                                     ord)
+        left join jobs.declarations t on t.name = x.name
     ) parsed;
   exception
     when invalid_text_representation or invalid_datetime_format or datetime_field_overflow
@@ -488,6 +519,7 @@ begin
       or not isfinite(r.run_at)
       or r.max_attempts is null or r.max_attempts < 1
       or r.priority is null
+      or (r.tenant_required and r.tenant_id is null)
    order by r.ord
    limit 1;
   if v_bad_ord is not null then
@@ -495,7 +527,8 @@ begin
     perform jobs._check_enqueue('jobs.enqueue_many', format('requests[%s].', v_request.ord),
                                 v_request.name, v_request.input, v_request.idempotency_key,
                                 v_request.queue, v_request.tenant_id, v_request.run_at,
-                                v_request.max_attempts, v_request.priority);
+                                v_request.max_attempts, v_request.priority,
+                                v_request.tenant_required);
   end if;
 
   v_pending := v_requests;

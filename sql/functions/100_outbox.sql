@@ -4,7 +4,8 @@
 -- row's own id (so a re-publish after a crash meets the job the first one made, live or
 -- finished), and marks it published.
 --
--- Tables: jobs.outbox (insert, update). Locks: outbox rows, `for update skip locked` in the claim.
+-- Tables: jobs.outbox (insert, update), jobs.declarations (read: a stage refuses what the publish
+-- would). Locks: outbox rows, `for update skip locked` in the claim.
 -- Wake: pg_notify('jobs_outbox_wake', '') from a stage, delivered on commit, and only when no
 -- committed unclaimed row is already waiting (a relay that has one to do is already busy).
 -- Order: rows go out by (staged_at, seq): the transaction's start, then the order the rows were
@@ -43,6 +44,9 @@ create type jobs.outbox_record as (
 -- the caller's business rows, and a relay publishes it after commit.
 -- Arguments: those of jobs.enqueue but id and on_conflict (the staged row's id becomes the
 -- job's id; a live holder of the key is found at publish).
+-- A queue, max_attempts or priority left NULL is left out of the staged request, so the publish
+-- takes the declaration of the queue's database; a declaration in this database is checked now
+-- (a tenant it requires), since a publish that raises holds up every row staged after it.
 -- Answers (id, run_id, false): the ids the job will have. Raises what jobs.enqueue's argument
 -- checks raise. Locks nothing but the new row. A run_id not given is the row's (the job's) own
 -- id, as in jobs.enqueue.
@@ -50,11 +54,11 @@ create function jobs.outbox_stage(
   name text,
   input jsonb,
   idempotency_key text,
-  queue text default 'default',
+  queue text default null,
   tenant_id text default null,
   run_at timestamptz default null,
-  max_attempts integer default 20,
-  priority integer default 0,
+  max_attempts integer default null,
+  priority integer default null,
   run_id uuid default null,
   traceparent text default null,
   enqueued_by text default null
@@ -68,11 +72,19 @@ declare
   v_now timestamptz := jobs._now();
   v_id uuid := jobs._uuid_v7();
   v_run_id uuid := coalesce(outbox_stage.run_id, v_id);
+  v_declared record;
 begin
+  select t.queue, t.max_attempts, t.priority, t.tenant_required
+    into v_declared
+    from jobs.declarations t
+   where t.name = outbox_stage.name;
   perform jobs._check_enqueue('jobs.outbox_stage', '', outbox_stage.name, outbox_stage.input,
-                              outbox_stage.idempotency_key, outbox_stage.queue,
+                              outbox_stage.idempotency_key,
+                              coalesce(outbox_stage.queue, v_declared.queue, 'default'),
                               outbox_stage.tenant_id, coalesce(outbox_stage.run_at, v_now),
-                              outbox_stage.max_attempts, outbox_stage.priority);
+                              coalesce(outbox_stage.max_attempts, v_declared.max_attempts, 20),
+                              coalesce(outbox_stage.priority, v_declared.priority, 0),
+                              coalesce(v_declared.tenant_required, false));
 
   -- silent while a committed row waits unclaimed: its relay is already on the way. In the
   -- unpublished index's order, so the test reads waiting rows only: as an exists, the planner
@@ -261,11 +273,11 @@ as $$
     name => staged.request ->> 'name',
     input => staged.request -> 'input',
     idempotency_key => staged.request ->> 'idempotency_key',
-    queue => coalesce(staged.request ->> 'queue', 'default'),
+    queue => staged.request ->> 'queue',
     tenant_id => staged.request ->> 'tenant_id',
     run_at => (staged.request ->> 'run_at')::timestamptz,
-    max_attempts => coalesce((staged.request ->> 'max_attempts')::integer, 20),
-    priority => coalesce((staged.request ->> 'priority')::integer, 0),
+    max_attempts => (staged.request ->> 'max_attempts')::integer,
+    priority => (staged.request ->> 'priority')::integer,
     id => staged.id,
     run_id => staged.run_id,
     on_conflict => 'dedupe',

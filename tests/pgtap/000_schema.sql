@@ -10,7 +10,7 @@ select has_schema('jobs', 'schema jobs exists');
 -- the runner installs with alembic, whose version table lives in the schema too
 select tables_are('jobs', array['jobs', 'steps', 'queue_pauses', 'error_codes', 'outbox',
                                 'events', 'scheduler_tasks', 'scheduler_leases', 'workers',
-                                'counter_buckets', 'alembic_version'],
+                                'counter_buckets', 'declarations', 'alembic_version'],
                   'schema jobs holds exactly the tables the functions need, and alembic_version');
 
 -- jobs.jobs: the columns every function reads, with their types
@@ -130,7 +130,7 @@ select col_is_unique('jobs', 'error_codes', 'sqlstate', 'no two codes share a sq
 select types_are('jobs', array['enqueue_result', '_enqueue_request', 'claimed_job', 'settle_result',
                                'step_record', 'queue_stat', 'outbox_record', 'event_lookup',
                                'task_state', 'job_summary', 'bulk_result', 'counter_row',
-                               'queue_depth_row', 'purge_result'],
+                               'queue_depth_row', 'purge_result', 'job_type', 'declare_result'],
                  'schema jobs declares the answer types');
 select has_composite('jobs', 'enqueue_result', 'jobs.enqueue_result exists');
 

@@ -3,8 +3,8 @@ begin;
 \ir fixtures/factory.sql
 select plan(29);
 
--- jobs.version: the installed schema version is 1
-select is(jobs.version(), 1, 'jobs.version() answers 1, the baseline revision');
+-- jobs.version: the installed schema version is the newest revision's number
+select is(jobs.version(), 2, 'jobs.version() answers 2, the job catalogue''s revision');
 
 -- jobs._now honours durajobs.now, and follows it when it changes mid-transaction
 set local durajobs.now = '2026-01-01 00:00:00+00';
@@ -97,7 +97,8 @@ select results_eq(
            ('X_STEP_DUPLICATE', 'JQ009'), ('X_JOB_ROW_STATUS_UNKNOWN', 'JQ010'),
            ('X_JOB_NOT_FOUND', 'JQ011'), ('X_JOB_NOT_REQUEUEABLE', 'JQ012'),
            ('X_JOB_NOT_CANCELLABLE', 'JQ013'), ('X_JOB_PAGE_INVALID', 'JQ014'),
-           ('X_JOB_NOT_REMOVABLE', 'JQ015'), ('X_JOB_NOT_PROMOTABLE', 'JQ016')$$,
+           ('X_JOB_NOT_REMOVABLE', 'JQ015'), ('X_JOB_NOT_PROMOTABLE', 'JQ016'),
+           ('X_JOB_TENANT_REQUIRED', 'JQ017')$$,
   'each X_* code maps to its documented sqlstate');
 select is_empty(
   $$select code from jobs.error_codes where btrim(fix) = ''$$,

@@ -11,7 +11,7 @@
 -- (`delete from jobs.outbox`, rolled back with the file).
 begin;
 \ir fixtures/factory.sql
-select plan(199);
+select plan(198);
 
 set local durajobs.now = '2026-01-01 00:00:00+00';
 
@@ -33,11 +33,10 @@ select is((select staged_at from jobs.outbox where id = :'s1_id'), jobs._now(),
 select is((select row(claimed_by, claim_expires_at, published_at)::text from jobs.outbox where id = :'s1_id'),
           row(null::text, null::timestamptz, null::timestamptz)::text,
           'stage: a staged row is unclaimed and unpublished');
--- defaults are staged as the values jobs.enqueue would use
+-- options left out stay out: the publish takes the queue database's declaration, or the defaults
 select is((select request from jobs.outbox where id = :'s1_id'),
-          '{"name": "s1", "input": {"user_id": 1}, "idempotency_key": "k-s1", "queue": "default",
-            "max_attempts": 20, "priority": 0}'::jsonb,
-          'stage: a minimal request holds name, input, key and the defaults');
+          '{"name": "s1", "input": {"user_id": 1}, "idempotency_key": "k-s1"}'::jsonb,
+          'stage: a minimal request holds name, input and key only');
 
 -- every field of the request is held as given, and a supplied run_id is kept
 select * from jobs.outbox_stage(
@@ -105,8 +104,6 @@ select throws_ok($$select jobs.outbox_stage(name => 'x', input => '{}', idempote
                  'JQ001', null, 'stage: tenant_id '''' raises JQ001');
 select throws_ok($$select jobs.outbox_stage(name => 'x', input => '{}', idempotency_key => 'k-bad', max_attempts => 0)$$,
                  'JQ001', null, 'stage: max_attempts 0 raises JQ001');
-select throws_ok($$select jobs.outbox_stage(name => 'x', input => '{}', idempotency_key => 'k-bad', priority => null)$$,
-                 'JQ001', null, 'stage: NULL priority raises JQ001');
 select throws_ok($$select jobs.outbox_stage(name => 'x', input => '{}', idempotency_key => 'k-bad', run_at => 'infinity')$$,
                  'JQ001', null, 'stage: run_at ''infinity'' raises JQ001');
 select is((select count(*) from jobs.outbox), :'stage_refusals_before'::bigint, 'a refused stage stores nothing');

@@ -21,10 +21,12 @@ from durajobs._values.records import (
     ClaimedJob,
     CounterRow,
     CounterTotal,
+    Declared,
     EnqueueResult,
     EventLookup,
     Fence,
     JobSummary,
+    JobType,
     OutboxRecord,
     PurgeResult,
     QueueDepth,
@@ -627,3 +629,39 @@ def rollup_counters() -> Call[dict[str, int]]:
         return {str(row[0]): int(row[1]) for row in rows}
 
     return _call("jobs.rollup_counters", "tier, moved", {}, decode)
+
+
+def declare_job(
+    name: str,
+    *,
+    queue: str,
+    max_attempts: int,
+    priority: int,
+    tenant_required: bool,
+    declared_by: str,
+    retry: Mapping[str, Any] | None = None,
+    timeout: timedelta | None = None,
+    input_schema: Mapping[str, Any] | None = None,
+    replace: bool = False,
+) -> Call[Declared]:
+    arguments = {
+        "name": name,
+        "queue": queue,
+        "max_attempts": max_attempts,
+        "priority": priority,
+        "tenant_required": tenant_required,
+        "declared_by": declared_by,
+        "retry": None if retry is None else Jsonb(dict(retry)),
+        "timeout": timeout,
+        "input_schema": None if input_schema is None else Jsonb(dict(input_schema)),
+        "replace": replace,
+    }
+    return _call("jobs.declare_job", Declared.COLUMNS, arguments, _one(Declared.from_row))
+
+
+def job_types() -> Call[list[JobType]]:
+    return _call("jobs.job_types", JobType.COLUMNS, {}, _all(JobType.from_row))
+
+
+def forget_job_type(name: str) -> Call[bool]:
+    return _call("jobs.forget_job_type", "", {"name": name}, _scalar, scalar=True)

@@ -49,7 +49,7 @@ CATALOGUE_QUERIES = {
         select t.typname, a.attname, format_type(a.atttypid, a.atttypmod), a.attnum
           from pg_type t
           join pg_class k on k.oid = t.typrelid and k.relkind = 'c'
-          join pg_attribute a on a.attrelid = k.oid and a.attnum > 0
+          join pg_attribute a on a.attrelid = k.oid and a.attnum > 0 and not a.attisdropped
          where t.typnamespace = 'jobs'::regnamespace
          order by 1, 4""",
     "error_codes": "select code, sqlstate, fix from jobs.error_codes order by 1",

@@ -9,7 +9,7 @@ from enum import StrEnum
 from typing import Any, ClassVar, Self
 from uuid import UUID
 
-from durajobs._values.states import JobState, StepStatus, narrow
+from durajobs._values.states import DeclareOutcome, JobState, StepStatus, narrow
 
 Row = tuple[Any, ...]
 # field name -> (the StrEnum it is read into, the "table.column" a bad value is reported against)
@@ -305,3 +305,33 @@ class CounterTotal(Answer):
     failed: int
     dead: int
     duration_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class JobType(Answer):
+    """One declared job name in the catalogue (`jobs.job_types()`)."""
+
+    name: str
+    queue: str
+    max_attempts: int
+    priority: int
+    tenant_required: bool
+    retry: dict[str, Any]
+    timeout: timedelta | None
+    input_schema: dict[str, Any]
+    declared_by: str
+    declared_at: datetime
+    seen_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class Declared(Answer):
+    """What `jobs.declare_job` did; `differences` maps each differing field to the stored and the
+    declared value (for a conflict or a replacement)."""
+
+    name: str
+    outcome: DeclareOutcome
+    differences: dict[str, dict[str, Any]] | None
+    stored_by: str
+
+    NARROWED: ClassVar[Narrowed] = {"outcome": (DeclareOutcome, "jobs.declare_job.outcome")}

@@ -48,6 +48,15 @@ class HeartbeatAnswer(StrEnum):
     LOST = "lost"
 
 
+class DeclareOutcome(StrEnum):
+    """What jobs.declare_job did with a declaration."""
+
+    ADDED = "added"
+    UNCHANGED = "unchanged"
+    REPLACED = "replaced"
+    CONFLICT = "conflict"  # another deploy's different declaration was kept
+
+
 E = TypeVar("E", bound=StrEnum)
 
 

@@ -4,16 +4,23 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import json
 import logging
 import os
 import signal
+import socket
 import sys
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import asdict
 from typing import Any
 
+import psycopg
+
+from durajobs._db import calls
 from durajobs._db.migrations import HEAD, migrate
+from durajobs._values.states import DeclareOutcome
 from durajobs.cli.support import (
     add_retention_options,
     database_url,
@@ -22,7 +29,9 @@ from durajobs.cli.support import (
     retention_from,
 )
 from durajobs.client import Client
-from durajobs.errors import DurajobsError, JobInputInvalid
+from durajobs.declare.catalogue import conflict_error, conflicts, deploy_label, difference_text
+from durajobs.declare.enqueue import EnqueueRequest
+from durajobs.errors import ArgumentInvalid, DurajobsError, JobInputInvalid
 from durajobs.observe.tracing import checked_traceparent, current_traceparent
 from durajobs.runtime._asyncio import cancel_and_wait
 
@@ -49,23 +58,79 @@ def _traceparent(flag: str | None) -> str | None:
 
 
 def _cmd_migrate(args: argparse.Namespace) -> int:
-    migrate(database_url(args.database_url), args.revision)
+    url = database_url(args.database_url)
+    migrate(url, args.revision)
     print(f"jobs schema at revision {args.revision}")
+    if args.app:
+        registry = load_registry(args.app)
+        declared_by = deploy_label(f"durajobs migrate on {socket.gethostname()}")
+        # one transaction: a refused deploy writes none of its declarations
+        with psycopg.connect(url) as connection:
+            answers = registry.declare(connection, declared_by=declared_by, replace=args.redeclare)
+            found = conflicts(answers)
+            if found:
+                connection.rollback()
+                raise conflict_error(found)
+        counted = Counter(str(answer.outcome) for answer in answers)
+        summary = ", ".join(f"{count} {outcome}" for outcome, count in sorted(counted.items()))
+        print(f"job catalogue: {summary or 'no jobs declared'}")
+        for answer in answers:
+            if answer.outcome is DeclareOutcome.REPLACED:
+                print(f"  replaced {difference_text(answer)}")
     return 0
 
 
+def _declared_request(args: argparse.Namespace, payload: dict[str, Any]) -> EnqueueRequest:
+    """The request the app's declaration of `args.name` makes for `payload`: its input model,
+    key, tenant, queue and attempts, each flag given overriding its part."""
+    registry = load_registry(args.app)
+    job = registry.get(args.name)
+    if job is None:
+        raise ArgumentInvalid(
+            f"{args.app} declares no job named {args.name!r} (it declares: "
+            f"{', '.join(registry.names()) or 'none'})",
+            detail={"argument": "name", "job": args.name},
+        )
+    request = job.request(
+        payload,
+        queue=args.queue,
+        priority=args.priority,
+        run_at=instant(args.run_at, "--run-at") if args.run_at else None,
+    )
+    overrides: dict[str, Any] = {"traceparent": _traceparent(args.traceparent)}
+    for field, flag in (
+        ("idempotency_key", args.key),
+        ("tenant_id", args.tenant),
+        ("max_attempts", args.max_attempts),
+    ):
+        if flag is not None:
+            overrides[field] = flag
+    return dataclasses.replace(request, **overrides)
+
+
 def _cmd_enqueue(args: argparse.Namespace) -> int:
-    options: dict[str, Any] = {
-        "queue": args.queue,
-        "tenant_id": args.tenant,
-        "priority": args.priority,
-        "max_attempts": args.max_attempts,
-        "run_at": instant(args.run_at, "--run-at") if args.run_at else None,
-        "traceparent": _traceparent(args.traceparent),
-    }
     payload = _json_object(args.input)
+    if args.app:
+        call = _declared_request(args, payload).call()
+    else:
+        if args.key is None:
+            raise ArgumentInvalid(
+                "--key is required without --app (with --app the declaration derives it)",
+                detail={"argument": "--key"},
+            )
+        call = calls.enqueue(
+            args.name,
+            payload,
+            args.key,
+            queue=args.queue,
+            tenant_id=args.tenant,
+            priority=args.priority,
+            max_attempts=args.max_attempts,
+            run_at=instant(args.run_at, "--run-at") if args.run_at else None,
+            traceparent=_traceparent(args.traceparent),
+        )
     with Client.connect(database_url(args.database_url)) as client:
-        result = client.enqueue(args.name, payload, args.key, **options)
+        result = client.run(call)
     answer = {
         key: str(value) if key != "deduped" else value for key, value in asdict(result).items()
     }
@@ -194,19 +259,37 @@ def _parser() -> argparse.ArgumentParser:
 
     migrate_command = with_database(commands.add_parser("migrate", help="install or upgrade"))
     migrate_command.add_argument("--revision", default=HEAD, help="alembic revision (head)")
+    migrate_command.add_argument(
+        "--app", help="module:registry whose jobs to write into the catalogue (jobs.declarations)"
+    )
+    migrate_command.add_argument(
+        "--redeclare",
+        action="store_true",
+        help="with --app: this deploy's declarations replace different stored ones",
+    )
     migrate_command.set_defaults(run=_cmd_migrate)
 
     enqueue_command = with_database(commands.add_parser("enqueue", help="enqueue one job"))
     enqueue_command.add_argument("name", help="the job's name (its durable queue key)")
     enqueue_command.add_argument("--input", required=True, help="the job's input, a JSON object")
     enqueue_command.add_argument(
-        "--key", required=True, help="idempotency key: a second enqueue while live dedupes"
+        "--app",
+        help="module:registry: validate --input with the job's model and take its key, tenant, "
+        "queue and attempts from the declaration",
     )
-    enqueue_command.add_argument("--queue", help="queue (default: 'default')")
-    enqueue_command.add_argument("--tenant", help="tenant id (default: none)")
+    enqueue_command.add_argument(
+        "--key",
+        help="idempotency key: a second enqueue while live dedupes (required without --app)",
+    )
+    enqueue_command.add_argument("--queue", help="queue (default: the declaration's, or 'default')")
+    enqueue_command.add_argument("--tenant", help="tenant id (default: the declaration's, or none)")
     enqueue_command.add_argument("--run-at", help="ISO 8601 instant with a zone (default: now)")
-    enqueue_command.add_argument("--priority", type=int, help="lower runs first (default 0)")
-    enqueue_command.add_argument("--max-attempts", type=int, help="default 20")
+    enqueue_command.add_argument(
+        "--priority", type=int, help="lower runs first (default: the declaration's, or 0)"
+    )
+    enqueue_command.add_argument(
+        "--max-attempts", type=int, help="default: the declaration's, or 20"
+    )
     enqueue_command.add_argument(
         "--traceparent",
         help="W3C trace context the job's run continues (default: $TRACEPARENT, if set)",

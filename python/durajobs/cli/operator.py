@@ -87,6 +87,7 @@ from durajobs._values.records import (
     CounterRow,
     CounterTotal,
     JobSummary,
+    JobType,
     QueueDepth,
     QueueStat,
     TaskState,
@@ -559,6 +560,45 @@ def _tasks_text(tasks: Sequence[TaskState]) -> str:
     return render.table(headers, rows)
 
 
+def _job_types_text(types: Sequence[JobType]) -> str:
+    if not types:
+        return (
+            "no job declared in the catalogue (a worker declares its registry's jobs at start, "
+            "as does `durajobs migrate --app module:registry`)"
+        )
+    headers = ["NAME", "QUEUE", "ATTEMPTS", "PRIORITY", "TENANT", "DECLARED BY", "SEEN"]
+    rows = [
+        [
+            kind.name,
+            kind.queue,
+            str(kind.max_attempts),
+            str(kind.priority),
+            "required" if kind.tenant_required else "none",
+            kind.declared_by,
+            render.when(kind.seen_at),
+        ]
+        for kind in types
+    ]
+    return render.table(headers, rows)
+
+
+def _cmd_jobs_types(args: argparse.Namespace) -> int:
+    with _connect(args) as client:
+        types = client.job_types()
+    return _answer(args, {"job_types": types}, _job_types_text(types))
+
+
+def _cmd_jobs_forget_type(args: argparse.Namespace) -> int:
+    with _connect(args) as client:
+        forgotten = client.forget_job_type(args.name)
+    human = (
+        f"forgot job type {args.name}: its later enqueues take the built-in defaults"
+        if forgotten
+        else f"job type {args.name} was not in the catalogue"
+    )
+    return _answer(args, {"job_type": args.name, "forgotten": forgotten}, human)
+
+
 def _cmd_tasks_list(args: argparse.Namespace) -> int:
     with _connect(args) as client:
         tasks = client.run(calls.task_fires())
@@ -843,6 +883,21 @@ def add_operator_commands(commands: Subcommands, with_database: WithDatabase) ->
     _add_jobs_actions(actions, with_database)
     _add_jobs_bulk(actions, with_database)
     _add_jobs_purge(actions, with_database)
+    _leaf(
+        actions,
+        "types",
+        "the job catalogue: each declared name's queue, attempts, priority and tenant rule",
+        _cmd_jobs_types,
+        with_database,
+    )
+    forget = _leaf(
+        actions,
+        "forget-type",
+        "remove a name no deploy declares any more from the catalogue",
+        _cmd_jobs_forget_type,
+        with_database,
+    )
+    forget.add_argument("name", help="the job name")
     _add_queues(commands, with_database)
     _add_tasks(commands, with_database)
     _leaf(commands, "workers", "the live workers", _cmd_workers, with_database)

@@ -18,7 +18,7 @@ from pydantic import BaseModel, ValidationError
 
 from durajobs._db import calls
 from durajobs._values.durations import Duration, parse_duration
-from durajobs._values.records import EnqueueResult
+from durajobs._values.records import Declared, EnqueueResult
 from durajobs.declare.cron import DEFAULT_MAX_CATCH_UP, CatchUp, Entries, Task, declare_task
 from durajobs.declare.enqueue import EnqueueRequest, OnConflict
 from durajobs.declare.retry import RetryPolicy
@@ -99,6 +99,7 @@ class Job(Generic[I]):
     on_settled: Callable[[Settled], Any] | None
     handler: Handler
     registry: Registry = field(repr=False)
+    priority: int = 0  # an enqueue's default; lower runs first
 
     @property
     def is_async(self) -> bool:
@@ -167,7 +168,7 @@ class Job(Generic[I]):
             max_attempts=self.retry.attempts,
             tenant_id=tenant_id,
             run_at=run_at,
-            priority=priority,
+            priority=self.priority if priority is None else priority,
             run_id=run_id,
             on_conflict=on_conflict,
             enqueued_by=enqueued_by,
@@ -229,11 +230,30 @@ class Job(Generic[I]):
         request = self.request(input, actor=actor, **options)
         return await self.registry.router.send_async(request, using, outbox=outbox)
 
+    def declaration(self, *, declared_by: str, replace: bool = False) -> calls.Call[Declared]:
+        """The `jobs.declare_job` call that puts this declaration in the database's catalogue,
+        so an enqueue from SQL or another language gets its queue, attempts, priority and
+        tenant rule. `replace=True` is the operator's word that it wins over a different one."""
+        described = self.describe()
+        return calls.declare_job(
+            self.name,
+            queue=self.queue,
+            max_attempts=self.retry.attempts,
+            priority=self.priority,
+            tenant_required=self.tenant != NO_TENANT,
+            declared_by=declared_by,
+            retry=described["retry"],
+            timeout=self.timeout,
+            input_schema=described["input"],
+            replace=replace,
+        )
+
     def describe(self) -> dict[str, Any]:
         """A plain description for dashboards and manifests; never the key itself."""
         return {
             "name": self.name,
             "queue": self.queue,
+            "priority": self.priority,
             "input": self.input_model.model_json_schema(),
             "idempotent": True,
             "tenant": "none" if self.tenant == NO_TENANT else "from input",
@@ -289,6 +309,7 @@ class Registry:
         idempotency_key: Callable[[I], str] | None = None,
         tenant: Callable[[I], str | None] | Literal["none"] | None = None,
         queue: str = DEFAULT_QUEUE,
+        priority: int = 0,
         retry: RetryPolicy | None = None,
         timeout: Duration | None = None,
         step_timeout: Duration | None = None,
@@ -320,6 +341,11 @@ class Registry:
             raise DeclarationInvalid(
                 f"job {name}: queue must be a non-empty name", detail={"field": "queue"}
             )
+        if isinstance(priority, bool) or not isinstance(priority, int):
+            raise DeclarationInvalid(
+                f"job {name}: priority must be an integer (lower runs first), got {priority!r}",
+                detail={"field": "priority"},
+            )
 
         # every number is checked here, at declaration, before any handler is attached
         attempt_timeout = None if timeout is None else parse_duration(timeout, field="timeout")
@@ -346,6 +372,7 @@ class Registry:
                 on_settled=on_settled,
                 handler=handler,
                 registry=self,
+                priority=priority,
             )
             self._jobs[name] = declared
             return declared
@@ -393,6 +420,17 @@ class Registry:
 
     def jobs(self) -> list[Job[Any]]:
         return [self._jobs[name] for name in self.names()]
+
+    def declare(
+        self, using: object = None, *, declared_by: str, replace: bool = False
+    ) -> list[Declared]:
+        """Write every declared job into the catalogue (`jobs.declarations`), on `using` or the
+        registry's database; a name another deploy declared differently answers a conflict and
+        keeps the stored declaration unless `replace`."""
+        return [
+            self.run(job.declaration(declared_by=declared_by, replace=replace), using)
+            for job in self.jobs()
+        ]
 
     def run(self, call: calls.Call[T], using: object = None) -> T:
         """Run any call as an enqueue would: in `using`'s transaction, or on the pool."""

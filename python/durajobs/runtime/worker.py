@@ -29,8 +29,10 @@ from durajobs._db.database import AsyncDatabase
 from durajobs._values.counts import parse_count
 from durajobs._values.durations import Duration, parse_duration
 from durajobs._values.records import ClaimedJob
+from durajobs._values.states import DeclareOutcome
+from durajobs.declare.catalogue import deploy_label
 from durajobs.declare.registry import Registry, Settled
-from durajobs.errors import ConfigInvalid, Draining
+from durajobs.errors import ConfigInvalid, Draining, JobDeclarationConflict
 from durajobs.observe.metrics import WorkerMetrics
 from durajobs.observe.tracing import job_span, spans_active
 from durajobs.runtime._asyncio import CancelWatch
@@ -263,6 +265,7 @@ class Worker:
             # answer came back must still forget the row
             self._registered = True
             await self.registration.start()
+            await self._declare_jobs()
             if self._freeze_gc:
                 # a process of its own: what is alive now (modules, the registry, the pool)
                 # lives as long as the process, so the collector need never walk it again
@@ -446,6 +449,27 @@ class Worker:
             # burn-down): the teardown asks for them instead
             self._claim_cut = True
             raise
+
+    async def _declare_jobs(self) -> None:
+        """Put this deploy's declarations in the catalogue, so an enqueue from SQL gets them. A
+        name another deploy declared differently keeps the stored one (old and new code both run
+        during a rolling deploy) and is logged; a failure is logged too: the worker runs on."""
+        declared_by = deploy_label(self.worker_id)
+        try:
+            for job in self.registry.jobs():
+                answer = await self.db.run(job.declaration(declared_by=declared_by))
+                if answer.outcome is DeclareOutcome.CONFLICT:
+                    log.warning(
+                        "jobs.catalogue.conflict",
+                        extra={
+                            "job": answer.name,
+                            "differences": answer.differences,
+                            "stored_by": answer.stored_by,
+                            "fix": JobDeclarationConflict.fix,
+                        },
+                    )
+        except Exception as failure:
+            log.error("jobs.catalogue.failed", extra={"error": repr(failure)})
 
     async def _give_back_unknown_rows(self) -> None:
         """After a cut claim: hand back, uncounted, the rows this worker holds running but never

@@ -45,10 +45,11 @@ def test_up_down_up_leaves_the_applications_own_alembic_history_alone(empty_data
     assert not schema_exists(empty_database_url), "downgrade base must remove everything"
     durajobs.migrate(empty_database_url)
 
+    head = _revisions()[-1]
     with psycopg.connect(empty_database_url, autocommit=True) as connection:
-        assert connection.execute("select jobs.version()").fetchone() == (1,)
+        assert connection.execute("select jobs.version()").fetchone() == (int(head),)
         assert connection.execute("select version_num from jobs.alembic_version").fetchall() == [
-            ("0001",)
+            (head,)
         ]
         assert connection.execute("select version_num from public.alembic_version").fetchall() == [
             ("app_0042",)
@@ -80,11 +81,16 @@ def test_each_revision_downgrades_to_exactly_the_one_before(make_empty_database)
         assert connection.execute("select jobs.version()").fetchone() == (int(revisions[-1]),)
 
 
-def test_head_keeps_every_signature_and_table_of_the_squashed_history(database_url):
+def test_the_baseline_keeps_every_signature_and_table_of_the_squashed_history(
+    make_empty_database,
+):
     """The baseline folded revisions 0001-0011: what a client sees is what they installed,
     except the one claim left (claim_v3's contract under the name claim_v1, answering the
-    composite jobs.claimed_job, which gained has_steps)."""
+    composite jobs.claimed_job, which gained has_steps). Later revisions change the catalogue
+    on purpose, each proven by test_each_revision_downgrades_to_exactly_the_one_before."""
     before = json.loads((FIXTURES / "catalogue_before_baseline.json").read_text())
+    database_url = make_empty_database()
+    durajobs.migrate(database_url, "0001")
     with psycopg.connect(database_url, autocommit=True) as connection:
         functions = connection.execute(SIGNATURES).fetchall()
     now = {"functions": [list(row) for row in functions]}
@@ -130,11 +136,11 @@ def test_the_package_refuses_a_schema_older_than_it_needs(database_url):
     _set_version(database_url, 0)
     with pytest.raises(SchemaVersionMismatch, match="durajobs migrate") as raised:
         durajobs.Client.connect(database_url)
-    assert raised.value.detail == {"expected": 1, "installed": 0}
+    assert raised.value.detail == {"expected": durajobs.SCHEMA_VERSION, "installed": 0}
 
 
 def test_a_newer_schema_is_accepted_during_a_rolling_deploy(database_url):
     """A newer revision keeps the _v1 worker protocol, so old workers keep running."""
-    _set_version(database_url, 2)
+    _set_version(database_url, durajobs.SCHEMA_VERSION + 1)
     with durajobs.Client.connect(database_url) as client:
         assert client.claim(["default"], "old-worker") == []

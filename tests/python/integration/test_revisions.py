@@ -20,7 +20,7 @@ language sql
 stable
 set search_path = pg_catalog, pg_temp
 as $$
-  select 2
+  select 999
 $$;
 
 drop function jobs.worker_running_v1(text);
@@ -65,7 +65,7 @@ def test_a_generated_revision_upgrades_keeping_rows_and_downgrades_exactly(make_
     _install(installed, upgrade)
     assert differences(read_catalogue(installed), read_catalogue(released)) == []
     with psycopg.connect(installed, autocommit=True) as connection:
-        assert connection.execute("select jobs.version()").fetchone() == (2,)
+        assert connection.execute("select jobs.version()").fetchone() == (999,)
         assert connection.execute("select count(*) from jobs.jobs").fetchone() == (1,)
     _install(installed, downgrade)
     assert read_catalogue(installed) == read_catalogue(pristine)

@@ -9,6 +9,7 @@ import sys
 
 import psycopg
 
+import durajobs
 from support.apps import OPERATOR_APP
 from support.paths import REPOSITORY, TESTS
 from support.rows import schema_exists
@@ -35,7 +36,7 @@ def test_migrate_installs_the_schema(empty_database_url):
     done = _durajobs("migrate", "--database-url", empty_database_url)
     assert done.returncode == 0, done.stderr
     with psycopg.connect(empty_database_url) as connection:
-        assert connection.execute("select jobs.version()").fetchone() == (1,)
+        assert connection.execute("select jobs.version()").fetchone() == (durajobs.SCHEMA_VERSION,)
 
 
 def test_enqueue_answers_the_ids_as_json_and_dedupes(database_url):

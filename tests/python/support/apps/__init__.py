@@ -3,3 +3,5 @@
 
 SAMPLE_APP = "support.apps.sample:registry"
 OPERATOR_APP = "support.apps.operator_jobs:registry"
+CATALOGUE_APP = "support.apps.catalogue_jobs:registry"
+CATALOGUE_CHANGED_APP = "support.apps.catalogue_jobs:changed"

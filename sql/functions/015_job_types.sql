@@ -1,0 +1,190 @@
+-- 015_job_types: the job catalogue, what each deploy declared about a job name, so an enqueue
+-- from psql, Go or Node gets the declared queue, attempts and priority, and a tenant-scoped job
+-- refuses a call without a tenant, exactly as the Python call does.
+--
+-- Tables: jobs.declarations (one row per declared name; read by jobs.enqueue, jobs.enqueue_many and
+-- the publish of an outbox row, written by jobs.declare_job). A name with no row enqueues with
+-- the built-in defaults. Locks: jobs.declare_job takes the name's row (or its insert slot).
+
+create table jobs.declarations (
+  name text primary key,
+  queue text not null,
+  max_attempts integer not null check (max_attempts >= 1),
+  priority integer not null,
+  tenant_required boolean not null,
+  -- shown, not enforced by the SQL: the retry schedule, the timeouts, the input's JSON schema
+  retry jsonb not null default '{}',
+  timeout interval,
+  input_schema jsonb not null default '{}',
+  declared_by text not null,
+  declared_at timestamptz not null,
+  -- the last time a deploy declared this name the same way (a name no deploy has declared for a
+  -- while may be gone from the code)
+  seen_at timestamptz not null
+);
+
+create type jobs.job_type as (
+  name text,
+  queue text,
+  max_attempts integer,
+  priority integer,
+  tenant_required boolean,
+  retry jsonb,
+  timeout interval,
+  input_schema jsonb,
+  declared_by text,
+  declared_at timestamptz,
+  seen_at timestamptz
+);
+
+create type jobs.declare_result as (
+  name text,
+  -- 'added', 'unchanged', 'replaced', or 'conflict' (the stored declaration was kept)
+  outcome text,
+  -- for 'replaced' and 'conflict': {field: {"stored": ..., "declared": ...}} of what differs
+  differences jsonb,
+  stored_by text
+);
+
+-- jobs.declare_job: record what a deploy declares about job `name`.
+-- Arguments: name, queue, max_attempts, priority, tenant_required (the enforced fields), retry,
+-- timeout and input_schema (shown only), declared_by (who declares: a deploy, worker or host
+-- label), replace (the operator's word that this declaration wins over a different stored one).
+-- Answers (name, outcome, differences, stored_by). A declaration equal in its enforced fields
+-- refreshes the shown ones and seen_at ('unchanged'); one that differs is kept out ('conflict')
+-- unless replace => true ('replaced'): during a rolling deploy the old and the new code both
+-- declare, and which one SQL callers follow is the operator's choice, not the last to start.
+-- Raises X_ARGUMENT_INVALID. Locks: the name's row.
+create function jobs.declare_job(
+  name text,
+  queue text,
+  max_attempts integer,
+  priority integer,
+  tenant_required boolean,
+  declared_by text,
+  retry jsonb default '{}',
+  timeout interval default null,
+  input_schema jsonb default '{}',
+  replace boolean default false
+)
+returns jobs.declare_result
+language plpgsql
+volatile
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+  v_now timestamptz := jobs._now();
+  v_stored jobs.declarations;
+  v_differences jsonb;
+begin
+  if declare_job.name is null or btrim(declare_job.name) = '' then
+    perform jobs._invalid('jobs.declare_job', 'name', 'must be a non-empty job name');
+  end if;
+  if declare_job.queue is null or btrim(declare_job.queue) = '' then
+    perform jobs._invalid('jobs.declare_job', 'queue', 'must be a non-empty queue name');
+  end if;
+  if declare_job.max_attempts is null or declare_job.max_attempts < 1 then
+    perform jobs._invalid('jobs.declare_job', 'max_attempts', 'must be an integer of at least 1');
+  end if;
+  if declare_job.priority is null then
+    perform jobs._invalid('jobs.declare_job', 'priority', 'must not be NULL');
+  end if;
+  if declare_job.tenant_required is null then
+    perform jobs._invalid('jobs.declare_job', 'tenant_required', 'must be true or false');
+  end if;
+  if declare_job.declared_by is null or btrim(declare_job.declared_by) = '' then
+    perform jobs._invalid('jobs.declare_job', 'declared_by',
+                          'must name who declares (a deploy, worker or host)');
+  end if;
+  if declare_job.replace is null then
+    perform jobs._invalid('jobs.declare_job', 'replace', 'must be true or false');
+  end if;
+
+  insert into jobs.declarations as t (
+    name, queue, max_attempts, priority, tenant_required, retry, timeout, input_schema,
+    declared_by, declared_at, seen_at)
+  values (
+    declare_job.name, declare_job.queue, declare_job.max_attempts, declare_job.priority,
+    declare_job.tenant_required, coalesce(declare_job.retry, '{}'), declare_job.timeout,
+    coalesce(declare_job.input_schema, '{}'), declare_job.declared_by, v_now, v_now)
+  on conflict on constraint declarations_pkey do nothing;
+  if found then
+    return (declare_job.name, 'added', null, declare_job.declared_by)::jobs.declare_result;
+  end if;
+
+  select t.*
+    into v_stored
+    from jobs.declarations t
+   where t.name = declare_job.name
+     for update;
+
+  select coalesce(jsonb_object_agg(d.field, jsonb_build_object('stored', d.stored,
+                                                               'declared', d.declared)),
+                  '{}')
+    into v_differences
+    from (values ('queue', to_jsonb(v_stored.queue), to_jsonb(declare_job.queue)),
+                 ('max_attempts', to_jsonb(v_stored.max_attempts),
+                  to_jsonb(declare_job.max_attempts)),
+                 ('priority', to_jsonb(v_stored.priority), to_jsonb(declare_job.priority)),
+                 ('tenant_required', to_jsonb(v_stored.tenant_required),
+                  to_jsonb(declare_job.tenant_required))) as d(field, stored, declared)
+   where d.stored <> d.declared;
+
+  if v_differences = '{}' then
+    update jobs.declarations t
+       set retry = coalesce(declare_job.retry, '{}'),
+           timeout = declare_job.timeout,
+           input_schema = coalesce(declare_job.input_schema, '{}'),
+           seen_at = v_now
+     where t.name = declare_job.name;
+    return (declare_job.name, 'unchanged', null, v_stored.declared_by)::jobs.declare_result;
+  end if;
+
+  if not declare_job.replace then
+    return (declare_job.name, 'conflict', v_differences, v_stored.declared_by)::jobs.declare_result;
+  end if;
+
+  update jobs.declarations t
+     set queue = declare_job.queue,
+         max_attempts = declare_job.max_attempts,
+         priority = declare_job.priority,
+         tenant_required = declare_job.tenant_required,
+         retry = coalesce(declare_job.retry, '{}'),
+         timeout = declare_job.timeout,
+         input_schema = coalesce(declare_job.input_schema, '{}'),
+         declared_by = declare_job.declared_by,
+         declared_at = v_now,
+         seen_at = v_now
+   where t.name = declare_job.name;
+  return (declare_job.name, 'replaced', v_differences, v_stored.declared_by)::jobs.declare_result;
+end;
+$$;
+
+-- jobs.job_types: the catalogue, one row per declared name in code-point order of the name.
+-- Raises nothing. Locks nothing.
+create function jobs.job_types()
+returns setof jobs.job_type
+language sql
+stable
+set search_path = pg_catalog, pg_temp
+as $$
+  select t.name, t.queue, t.max_attempts, t.priority, t.tenant_required, t.retry, t.timeout,
+         t.input_schema, t.declared_by, t.declared_at, t.seen_at
+    from jobs.declarations t
+   order by t.name collate "C"
+$$;
+
+-- jobs.forget_job_type: remove a name no deploy declares any more from the catalogue; its jobs
+-- are untouched and later enqueues of it take the built-in defaults. Answers whether a row went.
+-- Raises nothing. Locks: the name's row.
+create function jobs.forget_job_type(name text)
+returns boolean
+language plpgsql
+volatile
+set search_path = pg_catalog, pg_temp
+as $$
+begin
+  delete from jobs.declarations t where t.name = forget_job_type.name;
+  return found;
+end;
+$$;
