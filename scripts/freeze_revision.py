@@ -8,7 +8,8 @@ added, changed or removed function becomes SQL in NNNN_upgrade.sql and, read bac
 NNNN_downgrade.sql. Schema changes (tables, types, indexes, rows of jobs.error_codes) go by
 hand into each file's marked section, which a new run keeps. Each run then proves the pair:
 the previous revision plus the upgrade must equal sql/functions/, and the downgrade must bring
-back the previous revision exactly; otherwise it prints what differs and exits 1.
+back the previous revision exactly; otherwise it prints what differs and exits 1. Last, it
+rewrites sql/install.sql, the whole schema as one psql script, from the revisions.
 
 Run it while the revision is unreleased as often as the source changes; a released revision is
 never edited again.
@@ -29,6 +30,7 @@ import psycopg
 from psycopg import sql
 
 import durajobs
+from durajobs._db.install_script import INSTALL_FILE, install_script
 from durajobs._db.migrations import functions_sql
 from durajobs._db.revisions import (
     differences,
@@ -197,8 +199,18 @@ def main(arguments: list[str]) -> int:
     if previous is None:
         _freeze_first(revision)
         print(f"wrote {revision}_upgrade.sql and {revision}_downgrade.sql")
+        _write_install_script()
         return 0
-    return _freeze_change(revision, previous)
+    status = _freeze_change(revision, previous)
+    _write_install_script()
+    return status
+
+
+def _write_install_script() -> None:
+    """Rewrite sql/install.sql, the one-file install for psql, from the revisions as they are."""
+    path = REPOSITORY / "sql" / INSTALL_FILE
+    path.write_text(install_script())
+    print(f"wrote {path.relative_to(REPOSITORY)}")
 
 
 if __name__ == "__main__":

@@ -19,6 +19,7 @@ from typing import Any
 import psycopg
 
 from durajobs._db import calls
+from durajobs._db.install_script import install_script, shipped_install_script
 from durajobs._db.migrations import HEAD, migrate
 from durajobs._values.states import DeclareOutcome
 from durajobs.cli.support import (
@@ -106,6 +107,13 @@ def _declared_request(args: argparse.Namespace, payload: dict[str, Any]) -> Enqu
         if flag is not None:
             overrides[field] = flag
     return dataclasses.replace(request, **overrides)
+
+
+def _cmd_sql(args: argparse.Namespace) -> int:
+    # the shipped file when it is the one asked for: what a release's docs attach
+    text = shipped_install_script() if args.since is None else install_script(since=args.since)
+    sys.stdout.write(text)
+    return 0
 
 
 def _cmd_enqueue(args: argparse.Namespace) -> int:
@@ -268,6 +276,15 @@ def _parser() -> argparse.ArgumentParser:
         help="with --app: this deploy's declarations replace different stored ones",
     )
     migrate_command.set_defaults(run=_cmd_migrate)
+
+    sql_command = commands.add_parser(
+        "sql",
+        help="print the schema as one psql script (durajobs sql > install.sql)",
+        description="Print the psql script that installs the jobs schema (or, with --since, "
+        "upgrades it from that revision), recording the revision as `durajobs migrate` does.",
+    )
+    sql_command.add_argument("--since", help="the revision the database is at (upgrade script)")
+    sql_command.set_defaults(run=_cmd_sql)
 
     enqueue_command = with_database(commands.add_parser("enqueue", help="enqueue one job"))
     enqueue_command.add_argument("name", help="the job's name (its durable queue key)")

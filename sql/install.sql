@@ -1,0 +1,4716 @@
+-- This script installs the durajobs schema at revision 0002, in one transaction.
+-- Generated from the frozen revisions by durajobs (`durajobs sql`); do not edit.
+-- Run it with: psql -v ON_ERROR_STOP=1 -f <this file>
+
+begin;
+
+do $$
+declare
+  v_installed text;
+begin
+  if to_regclass('jobs.alembic_version') is not null then
+    execute 'select max(version_num) from jobs.alembic_version' into v_installed;
+    raise exception 'durajobs is already installed here (revision %); upgrade it with the '
+                    'script `durajobs sql --since %` prints, or `durajobs migrate`',
+                    v_installed, v_installed;
+  end if;
+end;
+$$;
+
+-- revision 0001
+-- durajobs revision 0001 up, frozen by scripts/freeze-revision.
+-- Never edit after release: a change ships as a new revision.
+
+-- 000_schema: the jobs schema, its tables and indexes.
+--
+-- Tables: jobs.jobs (one row per job, kept after it finishes), jobs.steps (durable step records
+-- keyed by run), jobs.queue_pauses (a pause is a row the claim reads), jobs.error_codes (every
+-- X_* code with its SQLSTATE and its fix).
+-- Lock order everywhere: the job row, then its steps, then anything else.
+-- States are plain text, narrowed by list in every reader: a newer schema may add a state, and an
+-- older reader must fail loudly on it rather than have the database refuse the newer writer.
+
+create schema if not exists jobs;
+
+create table jobs.jobs (
+  id uuid primary key,
+  name text not null,
+  queue text not null,
+  input jsonb not null,
+  idempotency_key text not null,
+  tenant_id text,
+  run_id uuid not null,
+  state text not null,
+  priority integer not null default 0,
+  attempt integer not null default 0,
+  max_attempts integer not null,
+  run_at timestamptz not null,
+  created_at timestamptz not null,
+  updated_at timestamptz not null,
+  finished_at timestamptz,
+  -- the lease: who holds the row and until when; claims moves on every claim and is never reset,
+  -- so it fences every settle, renewal and step write of a superseded attempt
+  claimed_by text,
+  claimed_at timestamptz,
+  lease_expires_at timestamptz,
+  claims bigint not null default 0,
+  last_error text,
+  last_error_code text,
+  last_error_stack text,
+  progress jsonb,
+  traceparent text,
+  enqueued_by text,
+  constraint jobs_attempt_check check (attempt >= 0),
+  constraint jobs_max_attempts_check check (max_attempts >= 1),
+  constraint jobs_input_object_check check (jsonb_typeof(input) = 'object')
+);
+
+-- the dedupe namespace: name, tenant (NULL is its own namespace) and key, over live rows only,
+-- so a finished job never blocks the same work tomorrow
+create unique index jobs_name_tenant_idempotency_live_idx
+  on jobs.jobs (name, (coalesce(tenant_id, '')), idempotency_key)
+  where state in ('ready', 'delayed', 'running', 'suspended');
+
+-- the claim reads only waiting rows, in hand-out order; finished rows are not in this index
+create index jobs_claim_idx
+  on jobs.jobs (queue, priority, run_at, id)
+  where state in ('ready', 'delayed', 'suspended');
+
+-- lapsed leases: a dead worker's rows are found without scanning the waiting ones
+create index jobs_lease_idx
+  on jobs.jobs (lease_expires_at)
+  where state = 'running';
+
+-- the enqueue wake throttle looks for a row announced in the same slot; listings by queue
+create index jobs_queue_created_idx
+  on jobs.jobs (queue, created_at, id);
+
+create table jobs.steps (
+  run_id uuid not null,
+  name text not null,
+  status text not null,
+  output jsonb,
+  error text,
+  attempts integer not null default 1,
+  started_at timestamptz not null,
+  updated_at timestamptz not null,
+  finished_at timestamptz,
+  wake_at timestamptz,
+  primary key (run_id, name)
+);
+
+create table jobs.queue_pauses (
+  queue text primary key,
+  paused_at timestamptz not null,
+  paused_by text
+);
+
+create table jobs.error_codes (
+  code text primary key,
+  sqlstate char(5) not null unique,
+  fix text not null
+);
+
+-- 010_util: the clock, ids, vocabularies, the error registry and the schema version.
+--
+-- Tables: jobs.error_codes (read by jobs._raise). Locks nothing.
+
+-- jobs.version: the installed schema version; the Python package refuses an older one.
+-- Answers the number of the newest alembic revision installed. Raises nothing.
+create function jobs.version()
+returns integer
+language sql
+stable
+set search_path = pg_catalog, pg_temp
+as $$
+  select 1
+$$;
+
+-- jobs._now: the one clock every function reads. A test pins it with
+-- `set local durajobs.now = '2026-01-01 00:00:00+00'`; unset, it is the transaction's now().
+-- Answers a timestamptz. Raises nothing.
+create function jobs._now()
+returns timestamptz
+language sql
+stable
+set search_path = pg_catalog, pg_temp
+as $$
+  select coalesce(nullif(current_setting('durajobs.now', true), '')::timestamptz, now())
+$$;
+
+-- jobs._uuid_v7_many: n time-ordered uuids (RFC 9562 version 7) made by one statement, for a
+-- batch: a function call per row cost more than the row's insert.
+-- Answers uuid[] of n elements (empty for n < 1). Raises nothing.
+create function jobs._uuid_v7_many(n integer)
+returns uuid[]
+language sql
+volatile
+set search_path = pg_catalog, pg_temp
+as $$
+  -- 48 bits of unix milliseconds over a random v4 uuid, then the version nibble 0100 -> 0111
+  select coalesce(array_agg(
+    encode(
+      set_bit(
+        set_bit(
+          overlay(
+            uuid_send(gen_random_uuid())
+            placing substring(int8send(floor(extract(epoch from clock_timestamp()) * 1000)::bigint) from 3)
+            from 1 for 6),
+          52, 1),
+        53, 1),
+      'hex')::uuid order by g), '{}')
+    from generate_series(1, n) g
+$$;
+
+-- jobs._uuid_v7: a time-ordered uuid (RFC 9562 version 7), so ids sort by creation and new rows
+-- land at the right edge of every id index.
+-- Answers a uuid. Raises nothing. One element of jobs._uuid_v7_many, which holds the only copy
+-- of the formula. PL/pgSQL, not SQL: a SQL function would re-plan the SQL function it calls on
+-- every call, about 50 us of a single enqueue against about 9.
+create function jobs._uuid_v7()
+returns uuid
+language plpgsql
+volatile
+set search_path = pg_catalog, pg_temp
+as $$
+begin
+  return (jobs._uuid_v7_many(1))[1];
+end;
+$$;
+
+-- jobs.job_states: every state a job row can be in, in lifecycle order.
+-- Answers text[]. Raises nothing.
+create function jobs.job_states()
+returns text[]
+language sql
+immutable
+set search_path = pg_catalog, pg_temp
+as $$
+  select array['ready', 'delayed', 'running', 'suspended', 'done', 'failed', 'dead', 'cancelled']
+$$;
+
+-- jobs.live_states: the states that hold an idempotency key and can still run.
+-- Answers text[]. Raises nothing.
+create function jobs.live_states()
+returns text[]
+language sql
+immutable
+set search_path = pg_catalog, pg_temp
+as $$
+  select array['ready', 'delayed', 'running', 'suspended']
+$$;
+
+-- jobs.step_statuses: every status a step record can have.
+-- Answers text[]. Raises nothing.
+create function jobs.step_statuses()
+returns text[]
+language sql
+immutable
+set search_path = pg_catalog, pg_temp
+as $$
+  select array['completed', 'sleeping', 'waiting', 'failed']
+$$;
+
+-- One SQLSTATE per code, in the class JQ (classes 0-4, A-H, P, X and Y are taken), and the fix a
+-- caller reads in the error's hint.
+insert into jobs.error_codes (code, sqlstate, fix) values
+  ('X_ARGUMENT_INVALID', 'JQ001',
+   'pass the argument the error names with a valid value (see docs/sql.md)'),
+  ('X_JOB_INPUT_INVALID', 'JQ002',
+   'pass input as a JSON object, e.g. input => ''{"user_id": 1}''::jsonb'),
+  ('X_IDEMPOTENCY_REQUIRED', 'JQ003',
+   'pass idempotency_key => a string that names this unit of work, e.g. ''invoice:42'''),
+  ('X_JOB_DUPLICATE', 'JQ004',
+   'use on_conflict => ''dedupe'' to receive the live job, or wait for it to finish'),
+  ('X_DRIVER_UNAVAILABLE', 'JQ005',
+   'run `durajobs migrate` so the idempotency index exists, then retry'),
+  ('X_JOB_CLAIM_QUEUES_EMPTY', 'JQ006',
+   'pass queues => array[''default''] naming at least one queue'),
+  ('X_JOB_LEASE_LOST', 'JQ007',
+   'stop this attempt: another claim owns the job now and will finish it'),
+  ('X_JOB_CANCELLED', 'JQ008',
+   'stop this attempt: the job was cancelled (jobs.cancel)'),
+  ('X_STEP_DUPLICATE', 'JQ009',
+   'give every step of one run a distinct name'),
+  ('X_JOB_ROW_STATUS_UNKNOWN', 'JQ010',
+   'upgrade durajobs to the release that wrote this status, or run `durajobs migrate`'),
+  ('X_JOB_NOT_FOUND', 'JQ011',
+   'check the id: select id, name, state from jobs.jobs where id = ...'),
+  ('X_JOB_NOT_REQUEUEABLE', 'JQ012',
+   'only a finished job requeues: wait for it, or jobs.cancel(id => ...) it first'),
+  ('X_JOB_NOT_CANCELLABLE', 'JQ013',
+   'only a live job cancels; a finished one stays as it ended (jobs.requeue runs it again)'),
+  ('X_JOB_PAGE_INVALID', 'JQ014',
+   'pass page_size from 1 to 200, and after or before (not both) with an id a page answered'),
+  ('X_JOB_NOT_REMOVABLE', 'JQ015',
+   'cancel the running job first (jobs.cancel), then remove it'),
+  ('X_JOB_NOT_PROMOTABLE', 'JQ016',
+   'only a delayed job, or a ready one backing off, can be made due now');
+
+-- jobs._raise: raise the registered error `code` with its SQLSTATE, a message that starts with
+-- the code, structured detail (a JSON object that always carries the code) and the fix as hint.
+-- Raises the code itself; an unregistered code raises JQ000 (a bug in durajobs).
+create function jobs._raise(code text, message text, detail jsonb default '{}', hint text default null)
+returns void
+language plpgsql
+stable
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+  v_sqlstate text;
+  v_fix text;
+begin
+  select e.sqlstate, e.fix
+    into v_sqlstate, v_fix
+    from jobs.error_codes e
+   where e.code = _raise.code;
+  if v_sqlstate is null then
+    raise exception 'durajobs raised the unregistered error code %', _raise.code
+      using errcode = 'JQ000';
+  end if;
+  raise exception using
+    errcode = v_sqlstate,
+    message = _raise.code || ': ' || _raise.message,
+    detail = (coalesce(_raise.detail, '{}'::jsonb) || jsonb_build_object('code', _raise.code))::text,
+    hint = coalesce(_raise.hint, v_fix);
+end;
+$$;
+
+-- jobs._invalid: raise X_ARGUMENT_INVALID naming the function, the argument and what is wrong.
+-- Raises X_ARGUMENT_INVALID.
+create function jobs._invalid(function_name text, argument text, problem text)
+returns void
+language sql
+stable
+set search_path = pg_catalog, pg_temp
+as $$
+  select jobs._raise(
+    'X_ARGUMENT_INVALID',
+    format('%s: %s %s', function_name, argument, problem),
+    jsonb_build_object('function', function_name, 'argument', argument, 'problem', problem))
+$$;
+
+-- 020_enqueue: put jobs on the queue, one or many, deduped on the live idempotency key, and
+-- announce them to idle workers.
+--
+-- Tables: jobs.jobs (insert, read). Locks: the unique indexes only (an insert that meets an
+-- uncommitted twin waits for that transaction, as any unique insert does).
+-- Wake: pg_notify('jobs_wake', <queue>) at most once per queue per 250 ms slot, for rows due
+-- within 1 s, never for a dedupe. The throttle is in the statement because NOTIFY serialises
+-- committing transactions; the workers' poll remains the guarantee.
+
+create type jobs.enqueue_result as (
+  id uuid,
+  run_id uuid,
+  deduped boolean
+);
+
+-- One validated request of jobs.enqueue_many, in input order.
+create type jobs._enqueue_request as (
+  ord integer,
+  id uuid,
+  id_supplied boolean,
+  name text,
+  queue text,
+  input jsonb,
+  idempotency_key text,
+  tenant_id text,
+  run_id uuid,
+  run_at timestamptz,
+  max_attempts integer,
+  priority integer,
+  traceparent text,
+  enqueued_by text
+);
+
+-- jobs._check_enqueue: refuse a request a caller could not have meant.
+-- Arguments: the calling function's name, a prefix naming the request (e.g. 'requests[3].'), and
+-- the request's fields. Raises X_ARGUMENT_INVALID, X_JOB_INPUT_INVALID, X_IDEMPOTENCY_REQUIRED.
+-- Locks nothing. jobs.enqueue_many finds the first request to refuse with the same tests: change
+-- both together.
+create function jobs._check_enqueue(
+  function_name text,
+  prefix text,
+  name text,
+  input jsonb,
+  idempotency_key text,
+  queue text,
+  tenant_id text,
+  run_at timestamptz,
+  max_attempts integer,
+  priority integer
+)
+returns void
+language plpgsql
+stable
+set search_path = pg_catalog, pg_temp
+as $$
+begin
+  if _check_enqueue.name is null or btrim(_check_enqueue.name) = '' then
+    perform jobs._invalid(function_name, prefix || 'name', 'must be a non-empty job name');
+  end if;
+  if _check_enqueue.input is null or jsonb_typeof(_check_enqueue.input) <> 'object' then
+    perform jobs._raise(
+      'X_JOB_INPUT_INVALID',
+      format('%s: %sinput must be a JSON object, got %s', function_name, prefix,
+             coalesce(jsonb_typeof(_check_enqueue.input), 'NULL')),
+      jsonb_build_object('function', function_name, 'argument', prefix || 'input',
+                         'job', _check_enqueue.name));
+  end if;
+  if _check_enqueue.idempotency_key is null or btrim(_check_enqueue.idempotency_key) = '' then
+    perform jobs._raise(
+      'X_IDEMPOTENCY_REQUIRED',
+      format('%s: %sidempotency_key is required for job %s', function_name, prefix,
+             _check_enqueue.name),
+      jsonb_build_object('function', function_name, 'argument', prefix || 'idempotency_key',
+                         'job', _check_enqueue.name));
+  end if;
+  if _check_enqueue.queue is null or btrim(_check_enqueue.queue) = '' then
+    perform jobs._invalid(function_name, prefix || 'queue', 'must be a non-empty queue name');
+  end if;
+  if _check_enqueue.tenant_id = '' then
+    perform jobs._invalid(function_name, prefix || 'tenant_id',
+                          'must be NULL (no tenant) or a non-empty tenant id');
+  end if;
+  if not isfinite(_check_enqueue.run_at) then
+    perform jobs._invalid(function_name, prefix || 'run_at', 'must be a finite instant');
+  end if;
+  if _check_enqueue.max_attempts is null or _check_enqueue.max_attempts < 1 then
+    perform jobs._invalid(function_name, prefix || 'max_attempts', 'must be an integer of at least 1');
+  end if;
+  if _check_enqueue.priority is null then
+    perform jobs._invalid(function_name, prefix || 'priority', 'must not be NULL (0 is the default)');
+  end if;
+end;
+$$;
+
+-- jobs._check_on_conflict: refuse an on_conflict policy other than 'dedupe' or 'error'.
+-- Raises X_ARGUMENT_INVALID. Locks nothing.
+create function jobs._check_on_conflict(function_name text, on_conflict text)
+returns void
+language plpgsql
+stable
+set search_path = pg_catalog, pg_temp
+as $$
+begin
+  if on_conflict is null or on_conflict not in ('dedupe', 'error') then
+    perform jobs._invalid(function_name, 'on_conflict', 'must be ''dedupe'' or ''error''');
+  end if;
+end;
+$$;
+
+-- jobs._find_live: the live job holding (name, tenant, key), exactly as wide as the unique index
+-- (coalesce on both sides, so tenantless rows match each other and never a tenant's row).
+-- Answers (id, run_id, true), or NULL when no live row holds the key. Locks nothing.
+create function jobs._find_live(name text, tenant_id text, idempotency_key text)
+returns jobs.enqueue_result
+language plpgsql
+stable
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+  v_result jobs.enqueue_result;
+begin
+  select j.id, j.run_id, true
+    into v_result
+    from jobs.jobs j
+   where j.name = _find_live.name
+     and coalesce(j.tenant_id, '') = coalesce(_find_live.tenant_id, '')
+     and j.idempotency_key = _find_live.idempotency_key
+     and j.state in ('ready', 'delayed', 'running', 'suspended')
+   limit 1;
+  return v_result;
+end;
+$$;
+
+-- jobs._announce: wake idle workers of `queue` for rows created at `created_at`, unless a row
+-- another transaction created in the same 250 ms slot, due at once and STILL WAITING, already
+-- announced it: the workers it woke are claiming and will find this row too. A row of the slot
+-- that was already claimed says nothing about this one (its worker may be idle again), so it
+-- does not silence the wake: a second job 50 ms after the first would wait for the poll.
+-- Rows of the calling transaction share its created_at and are skipped: Postgres folds identical
+-- notifications of one transaction anyway. Answers whether it notified. Locks nothing.
+-- Reads the slot's rows of the queue by (queue, created_at), whatever the statistics say.
+create function jobs._announce(queue text, created_at timestamptz)
+returns boolean
+language plpgsql
+volatile
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+  v_slot timestamptz := to_timestamp(floor(extract(epoch from _announce.created_at) * 4) / 4);
+begin
+  -- each inner query names no state, so the planner cannot take the claim index (whose
+  -- predicate the state test proves) and read every waiting row of a backlog to find the
+  -- slot's few; offset 0 keeps the state test out. Two ranges, so the index bounds skip the
+  -- caller's own rows however many it made.
+  if exists (
+       select 1
+         from (select j.state, j.run_at, j.created_at
+                 from jobs.jobs j
+                where j.queue = _announce.queue
+                  and j.created_at >= v_slot
+                  and j.created_at < _announce.created_at
+               offset 0) before_mine
+        where before_mine.state in ('ready', 'delayed')
+          and before_mine.run_at <= before_mine.created_at + interval '1 second')
+     or exists (
+       select 1
+         from (select j.state, j.run_at, j.created_at
+                 from jobs.jobs j
+                where j.queue = _announce.queue
+                  and j.created_at > _announce.created_at
+                  and j.created_at < v_slot + interval '250 milliseconds'
+               offset 0) after_mine
+        where after_mine.state in ('ready', 'delayed')
+          and after_mine.run_at <= after_mine.created_at + interval '1 second') then
+    return false;
+  end if;
+  perform pg_notify('jobs_wake', _announce.queue);
+  return true;
+end;
+$$;
+
+-- jobs.enqueue: put one job on the queue.
+-- Arguments: name, input (a JSON object), idempotency_key; optional queue ('default'),
+-- tenant_id, run_at (now), max_attempts (20), priority (0, lower runs first), id (the job's id,
+-- e.g. an outbox row's), run_id (keeps a resumed run's step history), on_conflict ('dedupe' or
+-- 'error'), traceparent, enqueued_by.
+-- Answers (id, run_id, deduped): the new job's ids, or with deduped = true the ids of the live job
+-- holding (name, tenant_id, idempotency_key), or of the row that already has the given id, live
+-- or finished. A run_at more than now makes the row 'delayed', else 'ready'.
+-- Raises X_ARGUMENT_INVALID, X_JOB_INPUT_INVALID, X_IDEMPOTENCY_REQUIRED; X_JOB_DUPLICATE under
+-- on_conflict => 'error' (detail.reason 'key_held' or 'id_exists'), and always when the given id
+-- already names a different job (name, tenant or key differ: 'id_taken'); X_DRIVER_UNAVAILABLE
+-- when two inserts conflict and no row explains why (the unique index is missing).
+-- A run_id not given is the job's own id, so only a job that continues another's run is in
+-- jobs_run_shared_idx.
+-- Locks: the unique indexes.
+create function jobs.enqueue(
+  name text,
+  input jsonb,
+  idempotency_key text,
+  queue text default 'default',
+  tenant_id text default null,
+  run_at timestamptz default null,
+  max_attempts integer default 20,
+  priority integer default 0,
+  id uuid default null,
+  run_id uuid default null,
+  on_conflict text default 'dedupe',
+  traceparent text default null,
+  enqueued_by text default null
+)
+returns jobs.enqueue_result
+language plpgsql
+volatile
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+  v_now timestamptz := jobs._now();
+  v_run_at timestamptz := coalesce(enqueue.run_at, jobs._now());
+  v_id uuid := coalesce(enqueue.id, jobs._uuid_v7());
+  v_result jobs.enqueue_result;
+  v_by_id record;
+begin
+  perform jobs._check_enqueue('jobs.enqueue', '', enqueue.name, enqueue.input,
+                              enqueue.idempotency_key, enqueue.queue, enqueue.tenant_id,
+                              v_run_at, enqueue.max_attempts, enqueue.priority);
+  perform jobs._check_on_conflict('jobs.enqueue', enqueue.on_conflict);
+
+  -- two tries at most: the live holder may finish between the conflict and the lookup
+  for v_try in 1..2 loop
+    -- no conflict target: a taken id (primary key) and a live key (partial unique index) both
+    -- insert nothing, and the lookups below tell which
+    insert into jobs.jobs as j (
+      id, name, queue, input, idempotency_key, tenant_id, run_id, state, priority,
+      max_attempts, run_at, created_at, updated_at, traceparent, enqueued_by)
+    values (
+      v_id, enqueue.name, enqueue.queue, enqueue.input,
+      enqueue.idempotency_key, enqueue.tenant_id, coalesce(enqueue.run_id, v_id),
+      case when v_run_at > v_now then 'delayed' else 'ready' end, enqueue.priority,
+      enqueue.max_attempts, v_run_at, v_now, v_now, enqueue.traceparent, enqueue.enqueued_by)
+    on conflict do nothing
+    returning j.id, j.run_id, false
+      into v_result;
+
+    if v_result.id is not null then
+      if v_run_at <= v_now + interval '1 second' then
+        perform jobs._announce(enqueue.queue, v_now);
+      end if;
+      return v_result;
+    end if;
+
+    if enqueue.id is not null then
+      select j.id, j.run_id, j.name, j.tenant_id, j.idempotency_key
+        into v_by_id
+        from jobs.jobs j
+       where j.id = enqueue.id;
+      if found then
+        -- the same job published again (an outbox relay after a crash) answers the row it
+        -- made, live or finished; an id naming a different job is never reused
+        if v_by_id.name <> enqueue.name
+           or coalesce(v_by_id.tenant_id, '') <> coalesce(enqueue.tenant_id, '')
+           or v_by_id.idempotency_key <> enqueue.idempotency_key then
+          perform jobs._raise(
+            'X_JOB_DUPLICATE',
+            format('id %s already names job %s with idempotency key %s; an id is never reused',
+                   enqueue.id, v_by_id.name, v_by_id.idempotency_key),
+            jsonb_build_object('reason', 'id_taken', 'existing_id', enqueue.id,
+                               'job', enqueue.name, 'idempotency_key', enqueue.idempotency_key),
+            'pass a fresh id, or none and one is made');
+        end if;
+        if enqueue.on_conflict = 'error' then
+          perform jobs._raise(
+            'X_JOB_DUPLICATE',
+            format('job %s already exists', enqueue.id),
+            jsonb_build_object('reason', 'id_exists', 'existing_id', enqueue.id,
+                               'job', enqueue.name, 'idempotency_key', enqueue.idempotency_key));
+        end if;
+        return (v_by_id.id, v_by_id.run_id, true)::jobs.enqueue_result;
+      end if;
+    end if;
+
+    v_result := jobs._find_live(enqueue.name, enqueue.tenant_id, enqueue.idempotency_key);
+    if v_result.id is not null then
+      if enqueue.on_conflict = 'error' then
+        perform jobs._raise(
+          'X_JOB_DUPLICATE',
+          format('job %s with idempotency key %s is already held by live job %s',
+                 enqueue.name, enqueue.idempotency_key, v_result.id),
+          jsonb_build_object('reason', 'key_held', 'job', enqueue.name,
+                             'idempotency_key', enqueue.idempotency_key,
+                             'tenant_id', enqueue.tenant_id, 'existing_id', v_result.id));
+      end if;
+      return v_result;
+    end if;
+  end loop;
+
+  perform jobs._raise(
+    'X_DRIVER_UNAVAILABLE',
+    format('enqueue of %s was rejected but no live row holds its idempotency key', enqueue.name),
+    jsonb_build_object('job', enqueue.name, 'idempotency_key', enqueue.idempotency_key));
+  return null;
+end;
+$$;
+
+-- jobs._check_request_shapes: refuse a jobs.enqueue_many requests array (a JSON array) whose
+-- shape is wrong, naming the first culprit: an element that is not an object, then a key that is
+-- not an argument of jobs.enqueue, then an explicit null where jobs.enqueue refuses NULL (never
+-- read as the default), then a JSON object or array where a text argument goes (refused, never
+-- stored as its JSON text). Raises X_ARGUMENT_INVALID. Locks nothing.
+create function jobs._check_request_shapes(requests jsonb)
+returns void
+language plpgsql
+stable
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+  v_arguments constant text[] := array['name', 'input', 'idempotency_key', 'queue', 'tenant_id',
+                                       'run_at', 'max_attempts', 'priority', 'id', 'run_id',
+                                       'traceparent', 'enqueued_by'];
+  v_bad_key text;
+begin
+  -- one pass over the array tells whether any check below would refuse it; they walk every key
+  -- of every request, so they run only then, to name the culprit. The text arguments are
+  -- spelled out: a subquery over a list per request cost more than the pass
+  if not exists (
+       select 1
+         from jsonb_array_elements(requests) e
+        where case
+                when jsonb_typeof(e) <> 'object' then true
+                else e - v_arguments <> '{}'::jsonb
+                     or e -> 'queue' = 'null'::jsonb
+                     or e -> 'max_attempts' = 'null'::jsonb
+                     or e -> 'priority' = 'null'::jsonb
+                     or jsonb_typeof(e -> 'name') in ('object', 'array')
+                     or jsonb_typeof(e -> 'queue') in ('object', 'array')
+                     or jsonb_typeof(e -> 'idempotency_key') in ('object', 'array')
+                     or jsonb_typeof(e -> 'tenant_id') in ('object', 'array')
+                     or jsonb_typeof(e -> 'traceparent') in ('object', 'array')
+                     or jsonb_typeof(e -> 'enqueued_by') in ('object', 'array')
+              end) then
+    return;
+  end if;
+
+  if exists (select 1 from jsonb_array_elements(requests) e where jsonb_typeof(e) <> 'object') then
+    perform jobs._invalid('jobs.enqueue_many', 'requests', 'must hold JSON objects only');
+  end if;
+  select format('requests[%s].%s', e.ord, k.key)
+    into v_bad_key
+    from jsonb_array_elements(requests) with ordinality as e(item, ord),
+         jsonb_object_keys(e.item) as k(key)
+   where k.key <> all(v_arguments)
+   order by e.ord
+   limit 1;
+  if v_bad_key is not null then
+    perform jobs._invalid('jobs.enqueue_many', v_bad_key, 'is not an argument of jobs.enqueue');
+  end if;
+  select format('requests[%s].%s', e.ord, k.key)
+    into v_bad_key
+    from jsonb_array_elements(requests) with ordinality as e(item, ord),
+         jsonb_each(e.item) as k(key, value)
+   where k.key in ('queue', 'max_attempts', 'priority')
+     and jsonb_typeof(k.value) = 'null'
+   order by e.ord
+   limit 1;
+  if v_bad_key is not null then
+    perform jobs._invalid('jobs.enqueue_many', v_bad_key,
+                          'must not be null (leave it out for the default)');
+  end if;
+  select format('requests[%s].%s', e.ord, k.key)
+    into v_bad_key
+    from jsonb_array_elements(requests) with ordinality as e(item, ord),
+         jsonb_each(e.item) as k(key, value)
+   where k.key in ('name', 'queue', 'idempotency_key', 'tenant_id', 'traceparent', 'enqueued_by')
+     and jsonb_typeof(k.value) in ('object', 'array')
+   order by e.ord
+   limit 1;
+  if v_bad_key is not null then
+    perform jobs._invalid('jobs.enqueue_many', v_bad_key,
+                          'must be a string, not a JSON object or array');
+  end if;
+end;
+$$;
+
+-- jobs.enqueue_many: put many jobs on the queue in one statement, with the rules of
+-- jobs.enqueue. Arguments: requests, a JSON array of objects whose keys are jobs.enqueue's
+-- argument names (name, input and idempotency_key required; queue, tenant_id, run_at,
+-- max_attempts, priority, id, run_id, traceparent, enqueued_by optional); on_conflict for all.
+-- A key repeated inside the batch dedupes to its first occurrence.
+-- Answers one (id, run_id, deduped) per request, in input order.
+-- Raises what jobs.enqueue raises, naming the request (requests[3].name); under
+-- on_conflict => 'error' the first duplicate raises (detail.reason 'key_held', 'id_exists', or
+-- 'key_repeated' for a key repeated inside the batch) and nothing is inserted.
+-- Locks: the unique indexes. One wake per queue per statement. A batch with nothing to refuse and
+-- nothing to dedupe is checked in one pass and answered without a lookup, and a deduped request's
+-- holder is found by a join: checking each request on its own, and a call per deduped request,
+-- cost about as much as the insert. A run_id not given is the job's own id, as in jobs.enqueue.
+create function jobs.enqueue_many(requests jsonb, on_conflict text default 'dedupe')
+returns setof jobs.enqueue_result
+language plpgsql
+volatile
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+  v_now timestamptz := jobs._now();
+  v_requests jobs._enqueue_request[];
+  v_pending jobs._enqueue_request[];
+  -- the answers so far, as parallel arrays (request ordinal, id, run_id, deduped)
+  v_answered integer[] := '{}';
+  v_answer_ids uuid[] := '{}';
+  v_answer_run_ids uuid[] := '{}';
+  v_answer_deduped boolean[] := '{}';
+  v_inserted uuid[];
+  v_request jobs._enqueue_request;
+  v_bad_key text;
+  v_bad_ord integer;
+  v_new_ids uuid[];
+  v_duplicate record;
+  v_queue text;
+begin
+  perform jobs._check_on_conflict('jobs.enqueue_many', enqueue_many.on_conflict);
+  if requests is null or jsonb_typeof(requests) <> 'array' then
+    perform jobs._invalid('jobs.enqueue_many', 'requests', 'must be a JSON array of job objects');
+  end if;
+  perform jobs._check_request_shapes(requests);
+
+  v_new_ids := jobs._uuid_v7_many(jsonb_array_length(requests));
+  begin
+  -- one typed pass over the array (jsonb_to_recordset): a field lookup and a cast per field
+  -- and request cost more than the insert
+  select coalesce(array_agg(parsed.r order by (parsed.r).ord), '{}')
+    into v_requests
+    from (
+      select (x.ord::integer,
+              coalesce(x.id, v_new_ids[x.ord]),
+              x.id is not null,
+              x.name,
+              coalesce(x.queue, 'default'),
+              -- a JSON null input stays jsonb 'null' (the recordset makes it SQL NULL), so the
+              -- refusal says "got null", as jobs.enqueue's does
+              coalesce(x.input,
+                       case when requests -> (x.ord::integer - 1) ? 'input' then 'null'::jsonb end),
+              x.idempotency_key,
+              x.tenant_id,
+              coalesce(x.run_id, x.id, v_new_ids[x.ord]),
+              coalesce(x.run_at, v_now),
+              coalesce(x.max_attempts, 20),
+              coalesce(x.priority, 0),
+              x.traceparent,
+              x.enqueued_by)::jobs._enqueue_request as r
+        from rows from (
+               jsonb_to_recordset(requests) as (
+                 id uuid, name text, queue text, input jsonb, idempotency_key text,
+                 tenant_id text, run_id uuid, run_at timestamptz, max_attempts integer,
+                 priority integer, traceparent text, enqueued_by text)
+             ) with ordinality as x(id, name, queue, input, idempotency_key, tenant_id, run_id,
+                                    run_at, max_attempts, priority, traceparent, enqueued_by,
+                                    ord)
+    ) parsed;
+  exception
+    when invalid_text_representation or invalid_datetime_format or datetime_field_overflow
+         or numeric_value_out_of_range or invalid_parameter_value then
+      perform jobs._invalid('jobs.enqueue_many', 'requests',
+                            'holds a value of the wrong type: ' || sqlerrm);
+  end;
+
+  select format('requests[%s].id', later.ord)
+    into v_bad_key
+    from unnest(v_requests) later
+    join unnest(v_requests) earlier
+      on earlier.id = later.id and earlier.ord < later.ord and later.id_supplied
+   order by later.ord
+   limit 1;
+  if v_bad_key is not null then
+    perform jobs._invalid('jobs.enqueue_many', v_bad_key, 'repeats the id of an earlier request');
+  end if;
+
+  -- one pass finds the first request that jobs._check_enqueue would refuse (the same tests, kept
+  -- in step with it); only that request is checked by it, which raises the error naming it. A
+  -- call per request cost more than the request's insert.
+  select r.ord
+    into v_bad_ord
+    from unnest(v_requests) r
+   where r.name is null or btrim(r.name) = ''
+      or r.input is null or jsonb_typeof(r.input) <> 'object'
+      or r.idempotency_key is null or btrim(r.idempotency_key) = ''
+      or r.queue is null or btrim(r.queue) = ''
+      or r.tenant_id = ''
+      or not isfinite(r.run_at)
+      or r.max_attempts is null or r.max_attempts < 1
+      or r.priority is null
+   order by r.ord
+   limit 1;
+  if v_bad_ord is not null then
+    v_request := v_requests[v_bad_ord];
+    perform jobs._check_enqueue('jobs.enqueue_many', format('requests[%s].', v_request.ord),
+                                v_request.name, v_request.input, v_request.idempotency_key,
+                                v_request.queue, v_request.tenant_id, v_request.run_at,
+                                v_request.max_attempts, v_request.priority);
+  end if;
+
+  v_pending := v_requests;
+  -- two passes at most, as in jobs.enqueue: a live holder may finish between conflict and lookup
+  for v_try in 1..2 loop
+    with inserted as (
+      insert into jobs.jobs as j (
+        id, name, queue, input, idempotency_key, tenant_id, run_id, state, priority,
+        max_attempts, run_at, created_at, updated_at, traceparent, enqueued_by)
+      select r.id, r.name, r.queue, r.input, r.idempotency_key, r.tenant_id, r.run_id,
+             case when r.run_at > v_now then 'delayed' else 'ready' end, r.priority,
+             r.max_attempts, r.run_at, v_now, v_now, r.traceparent, r.enqueued_by
+        from unnest(v_pending) r
+       order by r.ord
+      on conflict do nothing
+      returning j.id
+    )
+    select coalesce(array_agg(inserted.id), '{}')
+      into v_inserted
+      from inserted;
+
+    -- every request made its own row (the usual batch): nothing was deduped, so no id was
+    -- taken and no key held, and each request answers its row
+    if v_try = 1 and cardinality(v_inserted) = cardinality(v_requests) then
+      for v_queue in
+        select distinct r.queue
+          from unnest(v_requests) r
+         where r.run_at <= v_now + interval '1 second'
+      loop
+        perform jobs._announce(v_queue, v_now);
+      end loop;
+      return query
+        select r.id, r.run_id, false
+          from unnest(v_requests) r
+         order by r.ord;
+      return;
+    end if;
+
+    -- a new statement, so the lookups see this batch's rows: a key repeated in the batch
+    -- dedupes to its first occurrence
+    with answered as (
+      select r.ord,
+             case
+               when ins.id is not null then (r.id, r.run_id, false)::jobs.enqueue_result
+               when by_id.id is not null then (by_id.id, by_id.run_id, true)::jobs.enqueue_result
+               when live.id is not null then (live.id, live.run_id, true)::jobs.enqueue_result
+             end as answer
+        from unnest(v_pending) r
+        left join unnest(v_inserted) as ins(id) on ins.id = r.id
+        -- a probe of the primary key per request that needs one: as a plain join the planner
+        -- hashes a scan of the whole table, even on fresh statistics
+        left join lateral (
+          select b.id, b.run_id
+            from jobs.jobs b
+           where r.id_supplied
+             and ins.id is null
+             and b.id = r.id
+          offset 0
+        ) by_id on true
+        -- the live holder, as jobs._find_live finds it, in the statement rather than a call
+        -- per request: the calls cost more than a batch's insert
+        left join lateral (
+          select j.id, j.run_id
+            from jobs.jobs j
+           where ins.id is null
+             and by_id.id is null
+             and j.name = r.name
+             and coalesce(j.tenant_id, '') = coalesce(r.tenant_id, '')
+             and j.idempotency_key = r.idempotency_key
+             and j.state in ('ready', 'delayed', 'running', 'suspended')
+           limit 1
+        ) live on true
+    ),
+    found_answers as (
+      select a.ord, (a.answer).id, (a.answer).run_id, (a.answer).deduped
+        from answered a
+       where (a.answer).id is not null
+    )
+    select v_answered || coalesce(array_agg(f.ord order by f.ord), '{}'),
+           v_answer_ids || coalesce(array_agg(f.id order by f.ord), '{}'),
+           v_answer_run_ids || coalesce(array_agg(f.run_id order by f.ord), '{}'),
+           v_answer_deduped || coalesce(array_agg(f.deduped order by f.ord), '{}')
+      into v_answered, v_answer_ids, v_answer_run_ids, v_answer_deduped
+      from found_answers f;
+
+    select coalesce(array_agg((r.*)::jobs._enqueue_request order by r.ord), '{}')
+      into v_pending
+      from unnest(v_pending) r
+      left join unnest(v_answered) as done(ord) on done.ord = r.ord
+     where done.ord is null;
+    exit when cardinality(v_pending) = 0;
+  end loop;
+
+  -- after the inserts, so an id another transaction took meanwhile is caught too: a supplied
+  -- id answers only the same job (name, tenant, key), never a stranger
+  select r.ord, r.id, j.name, j.idempotency_key
+    into v_duplicate
+    from unnest(v_requests) r
+    -- by primary key, as above
+    cross join lateral (
+      select b.name, b.tenant_id, b.idempotency_key
+        from jobs.jobs b
+       where r.id_supplied
+         and b.id = r.id
+      offset 0
+    ) j
+   where j.name <> r.name
+      or coalesce(j.tenant_id, '') <> coalesce(r.tenant_id, '')
+      or j.idempotency_key <> r.idempotency_key
+   order by r.ord
+   limit 1;
+  if found then
+    perform jobs._raise(
+      'X_JOB_DUPLICATE',
+      format('requests[%s]: id %s already names job %s with idempotency key %s; an id is never '
+             'reused', v_duplicate.ord, v_duplicate.id, v_duplicate.name,
+             v_duplicate.idempotency_key),
+      jsonb_build_object('reason', 'id_taken', 'existing_id', v_duplicate.id,
+                         'request', v_duplicate.ord),
+      'pass a fresh id, or none and one is made');
+  end if;
+
+  if cardinality(v_pending) > 0 then
+    perform jobs._raise(
+      'X_DRIVER_UNAVAILABLE',
+      format('enqueue of %s was rejected but no live row holds its idempotency key',
+             v_pending[1].name),
+      jsonb_build_object('job', v_pending[1].name, 'idempotency_key', v_pending[1].idempotency_key));
+  end if;
+
+  if enqueue_many.on_conflict = 'error' then
+    select r.ord, r.name, r.idempotency_key, r.tenant_id, a.id, r.id_supplied,
+           earlier.ord as earlier_ord
+      into v_duplicate
+      from unnest(v_answered, v_answer_ids, v_answer_deduped) as a(ord, id, deduped)
+      join unnest(v_requests) r on r.ord = a.ord
+      left join unnest(v_requests) earlier on earlier.id = a.id and earlier.ord < r.ord
+     where a.deduped
+     order by r.ord
+     limit 1;
+    if found and v_duplicate.earlier_ord is not null then
+      -- the holder is a row of this very batch, rolled back with it: name the request instead
+      perform jobs._raise(
+        'X_JOB_DUPLICATE',
+        format('requests[%s]: job %s repeats the idempotency key %s of requests[%s]',
+               v_duplicate.ord, v_duplicate.name, v_duplicate.idempotency_key,
+               v_duplicate.earlier_ord),
+        jsonb_build_object('reason', 'key_repeated', 'job', v_duplicate.name,
+                           'idempotency_key', v_duplicate.idempotency_key,
+                           'request', v_duplicate.ord, 'earlier_request', v_duplicate.earlier_ord));
+    elsif found then
+      perform jobs._raise(
+        'X_JOB_DUPLICATE',
+        format('requests[%s]: job %s with idempotency key %s is already held by job %s',
+               v_duplicate.ord, v_duplicate.name, v_duplicate.idempotency_key,
+               v_duplicate.id),
+        jsonb_build_object('reason', case when v_duplicate.id_supplied
+                                          and v_duplicate.id = (v_requests[v_duplicate.ord]).id
+                                          then 'id_exists' else 'key_held' end,
+                           'job', v_duplicate.name, 'idempotency_key', v_duplicate.idempotency_key,
+                           'tenant_id', v_duplicate.tenant_id,
+                           'existing_id', v_duplicate.id, 'request', v_duplicate.ord));
+    end if;
+  end if;
+
+  -- one wake per queue that received a row due now
+  for v_queue in
+    select distinct r.queue
+      from unnest(v_answered, v_answer_deduped) as a(ord, deduped)
+      join unnest(v_requests) r on r.ord = a.ord
+     where not a.deduped
+       and r.run_at <= v_now + interval '1 second'
+  loop
+    perform jobs._announce(v_queue, v_now);
+  end loop;
+
+  return query
+    select a.id, a.run_id, a.deduped
+      from unnest(v_answered, v_answer_ids, v_answer_run_ids, v_answer_deduped)
+             as a(ord, id, run_id, deduped)
+     order by a.ord;
+end;
+$$;
+
+-- 030_claim: hand waiting jobs to a worker under a lease, re-take the rows of dead workers, and
+-- bury the rows whose lease lapsed on their final attempt.
+--
+-- Tables: jobs.jobs (update), jobs.queue_pauses (read), jobs.counter_buckets (a burial counts).
+-- Locks: job rows only, each with `for update skip locked`, so claimers never wait for one
+-- another (and the claiming backend's own counter shard).
+
+create type jobs.claimed_job as (
+  id uuid,
+  run_id uuid,
+  name text,
+  queue text,
+  input jsonb,
+  tenant_id text,
+  state text,
+  attempt integer,
+  max_attempts integer,
+  claim bigint,
+  priority integer,
+  run_at timestamptz,
+  created_at timestamptz,
+  lease_expires_at timestamptz,
+  last_error text,
+  traceparent text,
+  enqueued_by text,
+  has_steps boolean
+);
+
+-- jobs._claim: the claim itself, behind jobs.claim_v1. Arguments: the calling function's name
+-- (errors name it), then those of jobs.claim_v1, none defaulted. recover_lapsed false skips the
+-- burial and the re-take (both read jobs_lease_idx); the waiting rows are handed out as always.
+-- Answers has_steps NULL: jobs.claim_v1 fills it in for the rows it answers.
+-- Raises what jobs.claim_v1 raises, naming function_name.
+create function jobs._claim(
+  function_name text,
+  queues text[],
+  worker_id text,
+  batch_size integer,
+  visibility interval,
+  drop_exhausted text[],
+  recover_lapsed boolean
+)
+returns setof jobs.claimed_job
+language plpgsql
+volatile
+set search_path = pg_catalog, pg_temp
+-- the statements' plans are kept: re-planning them on every call, as the plan cache would
+-- choose to, is most of an idle worker's pickup claim
+set plan_cache_mode = force_generic_plan
+as $$
+declare
+  v_now timestamptz := jobs._now();
+  v_queues text[];
+  v_taken integer;
+begin
+  if queues is null or cardinality(queues) = 0 then
+    perform jobs._raise(
+      'X_JOB_CLAIM_QUEUES_EMPTY',
+      function_name || ': queues is empty, so no job could ever be claimed',
+      jsonb_build_object('function', function_name, 'argument', 'queues'));
+  end if;
+  if exists (select 1 from unnest(queues) q where q is null or btrim(q) = '') then
+    perform jobs._invalid(function_name, 'queues', 'must not contain NULL or empty names');
+  end if;
+  if worker_id is null or btrim(worker_id) = '' then
+    perform jobs._invalid(function_name, 'worker_id', 'must be a non-empty worker id');
+  end if;
+  if batch_size is null or batch_size < 1 then
+    perform jobs._invalid(function_name, 'batch_size', 'must be an integer of at least 1');
+  end if;
+  if visibility is null or visibility <= interval '0' then
+    perform jobs._invalid(function_name, 'visibility', 'must be a positive interval');
+  end if;
+  if drop_exhausted is null then
+    perform jobs._invalid(function_name, 'drop_exhausted', 'must be an array (empty for none)');
+  end if;
+  if recover_lapsed is null then
+    perform jobs._invalid(function_name, 'recover_lapsed', 'must be true or false');
+  end if;
+
+  -- a pause is a row, read here, so it takes effect at every worker's next claim
+  select coalesce(array_agg(distinct q), '{}')
+    into v_queues
+    from unnest(queues) q
+   where not exists (select 1 from jobs.queue_pauses p where p.queue = q);
+  if cardinality(v_queues) = 0 then
+    return;
+  end if;
+
+  v_taken := 0;
+  -- the scans for lapsed leases step over every dead entry of jobs_lease_idx until a vacuum
+  -- removes them: a busy worker asks for them about once a second, not on every claim
+  if recover_lapsed then
+    -- bury: a row whose lease lapsed on its final attempt would take a worker per lease forever
+    return query
+      with lapsed as materialized (
+        select j.id
+          from jobs.jobs j
+         where j.state = 'running'
+           and j.lease_expires_at <= v_now
+           and j.queue = any(v_queues)
+           and j.attempt >= j.max_attempts
+         order by j.lease_expires_at, j.id
+         limit _claim.batch_size
+           for update skip locked
+      ),
+      buried as (
+        update jobs.jobs j
+           set state = case when j.name = any(drop_exhausted) then 'failed' else 'dead' end,
+               last_error = 'LEASE_LAPSED_FINAL_ATTEMPT',
+               last_error_code = null,
+               last_error_stack = null,
+               lease_expires_at = null,
+               finished_at = v_now,
+               updated_at = v_now
+          from lapsed
+         where j.id = lapsed.id
+        returning j.id, j.run_id, j.name, j.queue, j.input, j.tenant_id, j.state, j.attempt,
+                  j.max_attempts, j.claims, j.priority, j.run_at, j.created_at, j.lease_expires_at,
+                  j.last_error, j.traceparent, j.enqueued_by, j.claimed_at
+      ),
+      -- a burial ends the row, so it counts where a settle would
+      counted as (
+        select jobs._count_settled(v_now, array_agg(b.name), array_agg(b.state),
+                                   array_agg(b.claimed_at))
+          from buried b
+      )
+      select b.id, b.run_id, b.name, b.queue, b.input, b.tenant_id, b.state, b.attempt,
+             b.max_attempts, b.claims, b.priority, b.run_at, b.created_at, b.lease_expires_at,
+             b.last_error, b.traceparent, b.enqueued_by, null::boolean
+        from buried b
+       cross join counted;
+
+    -- re-take: a dead worker's row with attempts left comes back as a new, counted attempt
+    return query
+      with lapsed as materialized (
+        select j.id
+          from jobs.jobs j
+         where j.state = 'running'
+           and j.lease_expires_at <= v_now
+           and j.queue = any(v_queues)
+           and j.attempt < j.max_attempts
+         order by j.lease_expires_at, j.id
+         limit _claim.batch_size
+           for update skip locked
+      ),
+      claimed as (
+        update jobs.jobs j
+           set claimed_by = _claim.worker_id,
+               claimed_at = v_now,
+               lease_expires_at = v_now + _claim.visibility,
+               claims = j.claims + 1,
+               attempt = j.attempt + 1,
+               updated_at = v_now
+          from lapsed
+         where j.id = lapsed.id
+        returning j.id, j.run_id, j.name, j.queue, j.input, j.tenant_id, j.state, j.attempt,
+                  j.max_attempts, j.claims, j.priority, j.run_at, j.created_at, j.lease_expires_at,
+                  j.last_error, j.traceparent, j.enqueued_by
+      )
+      select c.id, c.run_id, c.name, c.queue, c.input, c.tenant_id, c.state, c.attempt,
+             c.max_attempts, c.claims, c.priority, c.run_at, c.created_at, c.lease_expires_at,
+             c.last_error, c.traceparent, c.enqueued_by, null::boolean
+        from claimed c
+       order by c.priority, c.run_at, c.id;
+    get diagnostics v_taken = row_count;
+  end if;
+
+  if v_taken >= batch_size then
+    return;
+  end if;
+
+  -- hand out waiting rows due now; skip locked: a second claimer must not wait for this one.
+  -- Each queue is read on its own, in jobs_claim_idx order, so the scan stops after the rows it
+  -- needs: `queue = any(...)` would read and sort every waiting row of every queue instead.
+  return query
+    with due as materialized (
+      select w.id
+        from unnest(v_queues) as q(queue)
+        cross join lateral (
+          select j.id, j.priority, j.run_at
+            from jobs.jobs j
+           where j.queue = q.queue
+             and j.state in ('ready', 'delayed', 'suspended')
+             and j.run_at <= v_now
+           order by j.priority, j.run_at, j.id
+           limit _claim.batch_size - v_taken
+             for update skip locked
+        ) w
+       order by w.priority, w.run_at, w.id
+       limit _claim.batch_size - v_taken
+    ),
+    claimed as (
+      -- by primary key: a join to `due` let the planner hash a scan of the whole table
+      update jobs.jobs j
+         set state = 'running',
+             claimed_by = _claim.worker_id,
+             claimed_at = v_now,
+             lease_expires_at = v_now + _claim.visibility,
+             claims = j.claims + 1,
+             attempt = j.attempt + 1,
+             updated_at = v_now
+       where j.id = any(array(select due.id from due))
+      returning j.id, j.run_id, j.name, j.queue, j.input, j.tenant_id, j.state, j.attempt,
+                j.max_attempts, j.claims, j.priority, j.run_at, j.created_at, j.lease_expires_at,
+                j.last_error, j.traceparent, j.enqueued_by
+    )
+    select c.id, c.run_id, c.name, c.queue, c.input, c.tenant_id, c.state, c.attempt,
+           c.max_attempts, c.claims, c.priority, c.run_at, c.created_at, c.lease_expires_at,
+           c.last_error, c.traceparent, c.enqueued_by, null::boolean
+      from claimed c
+     order by c.priority, c.run_at, c.id;
+end;
+$$;
+
+
+-- jobs.claim_v1: claim up to batch_size jobs of the given queues for worker_id.
+-- Arguments: queues (non-empty), worker_id, batch_size (1), visibility (30 s lease),
+-- drop_exhausted (job names that end 'failed' instead of 'dead' when their final attempt's lease
+-- lapses, because they do not dead-letter) and recover_lapsed (true: this call also buries and
+-- re-takes rows whose lease lapsed). A worker passes recover_lapsed true about once a second and
+-- false between: the scan for lapsed leases reads every dead entry of jobs_lease_idx that a
+-- vacuum has not yet removed, which after a burst of work costs more than the claim itself.
+-- Order: first rows whose lease lapsed (a dead worker's, re-taken as a new attempt), then waiting
+-- rows due now by priority (lower first), run_at, id. Paused queues are skipped.
+-- Answers the claimed rows with state 'running' and their claim token, which every later call on
+-- the attempt must present, and has_steps: whether the run may have stored steps, so a worker
+-- reads the step history only of runs that may have one. Also answers, with state 'dead' or
+-- 'failed', the rows it buried: running rows whose lease lapsed at attempt >= max_attempts,
+-- settled in this statement with last_error 'LEASE_LAPSED_FINAL_ATTEMPT' and never handed out;
+-- a burial counts as dead (or failed) in the counters. Never more claimed rows than batch_size
+-- (the candidates are materialised before the update).
+-- Raises X_JOB_CLAIM_QUEUES_EMPTY, X_ARGUMENT_INVALID. Locks: the rows it answers.
+create function jobs.claim_v1(
+  queues text[],
+  worker_id text,
+  batch_size integer default 1,
+  visibility interval default interval '30 seconds',
+  drop_exhausted text[] default '{}',
+  recover_lapsed boolean default true
+)
+returns setof jobs.claimed_job
+language plpgsql
+volatile
+set search_path = pg_catalog, pg_temp
+as $$
+begin
+  return query
+    select c.id, c.run_id, c.name, c.queue, c.input, c.tenant_id, c.state, c.attempt,
+           c.max_attempts, c.claim, c.priority, c.run_at, c.created_at, c.lease_expires_at,
+           c.last_error, c.traceparent, c.enqueued_by,
+           -- a run past its first attempt always reads its history: a body whose lease lapsed
+           -- may have written a step after this statement's snapshot was taken. The probe walks
+           -- the primary key's order, so no plan can hash every step instead
+           c.attempt > 1
+             or (select true
+                   from jobs.steps s
+                  where s.run_id = c.run_id
+                  order by s.run_id, s.name
+                  limit 1) is not null
+      from jobs._claim('jobs.claim_v1', claim_v1.queues, claim_v1.worker_id,
+                       claim_v1.batch_size, claim_v1.visibility, claim_v1.drop_exhausted,
+                       claim_v1.recover_lapsed) c;
+end;
+$$;
+
+-- jobs.worker_running_v1: the rows worker_id holds running, with their claim tokens. A worker
+-- whose wait for a claim was cut by a cancel asks it before it stops: the claim may have
+-- committed while its answer was thrown away, and the rows it does not know it holds go back
+-- uncounted (jobs.nack_v1, fenced on these tokens) instead of lapsing as counted attempts.
+-- Reads the running rows only (jobs_lease_idx). Answers (id, claim), in no particular order.
+-- Raises X_ARGUMENT_INVALID for a NULL or blank worker_id. Locks nothing.
+create function jobs.worker_running_v1(worker_id text)
+returns table (id uuid, claim bigint)
+language plpgsql
+stable
+set search_path = pg_catalog, pg_temp
+as $$
+begin
+  if worker_id is null or btrim(worker_id) = '' then
+    perform jobs._invalid('jobs.worker_running_v1', 'worker_id', 'must name the worker');
+  end if;
+  return query
+    select j.id, j.claims
+      from jobs.jobs j
+     where j.state = 'running'
+       and j.claimed_by = worker_running_v1.worker_id;
+end;
+$$;
+
+-- 040_settle: end or renew an attempt: ack, nack, heartbeat and their batch forms.
+--
+-- Tables: jobs.jobs (update), jobs.counter_buckets (every ack and counted nack adds to its job
+-- name's counters in the settling statement). Locks: the settled row, and the settling backend's
+-- own counter shard.
+-- Fence: every call matches only a row that is still 'running' under the caller's worker id AND
+-- claim token. 'running' lets a cancel stick (the cancelled body's ack matches nothing); the
+-- token stops a body whose lease lapsed from settling the attempt that replaced it, even one
+-- claimed again by the same worker id. A miss answers false; it never raises.
+
+create type jobs.settle_result as (
+  id uuid,
+  landed boolean
+);
+
+-- jobs._check_fence: refuse a settle call missing its fence.
+-- Raises X_ARGUMENT_INVALID. Locks nothing.
+create function jobs._check_fence(function_name text, id uuid, worker_id text, claim bigint)
+returns void
+language plpgsql
+stable
+set search_path = pg_catalog, pg_temp
+as $$
+begin
+  if id is null then
+    perform jobs._invalid(function_name, 'id', 'must be a job id');
+  end if;
+  if worker_id is null or btrim(worker_id) = '' then
+    perform jobs._invalid(function_name, 'worker_id', 'must be the claiming worker''s id');
+  end if;
+  if claim is null then
+    perform jobs._invalid(function_name, 'claim', 'must be the claim token jobs.claim_v1 answered');
+  end if;
+end;
+$$;
+
+-- jobs.ack_v1: mark a claimed job done.
+-- Arguments: id, worker_id, claim (the token from jobs.claim_v1).
+-- Answers whether it landed (false: the attempt no longer owns the row).
+-- Raises X_ARGUMENT_INVALID. Locks the row.
+create function jobs.ack_v1(id uuid, worker_id text, claim bigint)
+returns boolean
+language plpgsql
+volatile
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+  v_now timestamptz := jobs._now();
+  v_landed bigint;
+begin
+  perform jobs._check_fence('jobs.ack_v1', ack_v1.id, ack_v1.worker_id, ack_v1.claim);
+  -- the counter moves in this statement, so it can never disagree with the rows
+  with settled as (
+    update jobs.jobs j
+       set state = 'done',
+           lease_expires_at = null,
+           finished_at = v_now,
+           updated_at = v_now
+     where j.id = ack_v1.id
+       and j.state = 'running'
+       and j.claimed_by = ack_v1.worker_id
+       and j.claims = ack_v1.claim
+    returning j.name, j.claimed_at
+  ),
+  counted as (
+    select jobs._count_settled(v_now, array_agg(s.name), array_agg('done'::text),
+                               array_agg(s.claimed_at))
+      from settled s
+  )
+  select count(*) into v_landed from settled, counted;
+  return v_landed > 0;
+end;
+$$;
+
+-- jobs.ack_many_v1: ack many claimed jobs of one worker in one statement.
+-- Arguments: worker_id, ids and claims (parallel arrays of equal length).
+-- Answers (id, landed) per id, in input order. Raises X_ARGUMENT_INVALID. Locks the rows this
+-- worker holds under those claims, in id order, each read by primary key.
+create function jobs.ack_many_v1(worker_id text, ids uuid[], claims bigint[])
+returns setof jobs.settle_result
+language plpgsql
+volatile
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+  v_now timestamptz := jobs._now();
+begin
+  if worker_id is null or btrim(worker_id) = '' then
+    perform jobs._invalid('jobs.ack_many_v1', 'worker_id', 'must be the claiming worker''s id');
+  end if;
+  if ids is null or claims is null or cardinality(ids) <> cardinality(claims) then
+    perform jobs._invalid('jobs.ack_many_v1', 'ids, claims', 'must be arrays of equal length');
+  end if;
+  if array_position(ids, null) is not null or array_position(claims, null) is not null then
+    perform jobs._invalid('jobs.ack_many_v1', 'ids, claims', 'must not contain NULL');
+  end if;
+
+  return query
+    with requested as (
+      select r.id, r.claim, r.ord
+        from unnest(ids, claims) with ordinality as r(id, claim, ord)
+    ),
+    -- each row by primary key, locked, then judged: with the fence in the join the planner can
+    -- read every live row of the table through a partial index whose statistics say no row is
+    -- running (`offset 0` keeps the fence out of the lookup)
+    held as materialized (
+      select l.id
+        -- one lock order for every caller
+        from (select q.id, q.claim from requested q order by q.id) r
+        cross join lateral (
+          select j.id, j.state, j.claimed_by, j.claims
+            from jobs.jobs j
+           where j.id = r.id
+             -- no index reads these: only the owner's rows are locked, never a stranger's
+             and j.claimed_by = ack_many_v1.worker_id
+             and j.claims = r.claim
+          offset 0
+             for update
+        ) l
+       where l.state = 'running'
+         and l.claimed_by = ack_many_v1.worker_id
+         and l.claims = r.claim
+    ),
+    settled as (
+      update jobs.jobs j
+         set state = 'done',
+             lease_expires_at = null,
+             finished_at = v_now,
+             updated_at = v_now
+       where j.id = any(array(select h.id from held h))
+      returning j.id, j.claims, j.name, j.claimed_at
+    ),
+    counted as (
+      select jobs._count_settled(v_now, array_agg(s.name), array_agg('done'::text),
+                                 array_agg(s.claimed_at)) as rows
+        from settled s
+    )
+    select r.id, s.id is not null
+      from requested r
+      cross join counted
+      left join settled s on s.id = r.id and s.claims = r.claim
+     order by r.ord;
+end;
+$$;
+
+-- jobs.nack_v1: end a claimed attempt without success.
+-- Arguments: id, worker_id, claim; next_state, the one decision on where the row goes:
+-- 'ready' (retry after delay; also a shed), 'suspended' (a park: a sleep, or a job this deploy
+-- cannot run, due after delay), 'dead' (dead-lettered) or 'failed' (terminal, not
+-- dead-lettered); delay (0, at most 100 years); counts_as_attempt (true; false gives the claim's
+-- attempt back, for a shed, a park or an interrupted attempt); error, error_code, error_stack
+-- (written only when error is given: a shed writes nothing). A counted 'ready' on the final
+-- attempt (attempt >= max_attempts) ends 'dead' instead: the row never runs past its budget.
+-- Answers whether it landed. Raises X_ARGUMENT_INVALID. Locks the row.
+create function jobs.nack_v1(
+  id uuid,
+  worker_id text,
+  claim bigint,
+  next_state text default 'ready',
+  delay interval default interval '0',
+  counts_as_attempt boolean default true,
+  error text default null,
+  error_code text default null,
+  error_stack text default null
+)
+returns boolean
+language plpgsql
+volatile
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+  v_now timestamptz := jobs._now();
+  v_landed bigint;
+begin
+  perform jobs._check_fence('jobs.nack_v1', nack_v1.id, nack_v1.worker_id, nack_v1.claim);
+  if next_state is null or next_state not in ('ready', 'suspended', 'dead', 'failed') then
+    perform jobs._invalid('jobs.nack_v1', 'next_state',
+                          'must be one of ''ready'', ''suspended'', ''dead'', ''failed''');
+  end if;
+  if delay is null or delay < interval '0' or delay > interval '100 years' then
+    perform jobs._invalid('jobs.nack_v1', 'delay', 'must be an interval from 0 to 100 years');
+  end if;
+  if counts_as_attempt is null then
+    perform jobs._invalid('jobs.nack_v1', 'counts_as_attempt', 'must be true or false');
+  end if;
+
+  -- the budget holds whatever the caller decided: a counted retry of the final attempt is the
+  -- exhausted case, and it dead-letters rather than run past max_attempts
+  with settled as (
+    update jobs.jobs j
+       set state = case when nack_v1.next_state = 'ready' and nack_v1.counts_as_attempt
+                             and j.attempt >= j.max_attempts then 'dead'
+                        else nack_v1.next_state end,
+           run_at = case when nack_v1.next_state in ('ready', 'suspended')
+                         then v_now + nack_v1.delay
+                         else j.run_at end,
+           -- an uncounted attempt gives the claim's increment back, never below zero
+           attempt = case when nack_v1.counts_as_attempt then j.attempt
+                          else greatest(j.attempt - 1, 0) end,
+           last_error = case when nack_v1.error is null then j.last_error else nack_v1.error end,
+           last_error_code = case when nack_v1.error is null then j.last_error_code
+                                  else nack_v1.error_code end,
+           last_error_stack = case when nack_v1.error is null then j.last_error_stack
+                                   else nack_v1.error_stack end,
+           lease_expires_at = null,
+           finished_at = case when nack_v1.next_state in ('dead', 'failed')
+                                or (nack_v1.next_state = 'ready' and nack_v1.counts_as_attempt
+                                    and j.attempt >= j.max_attempts)
+                              then v_now end,
+           updated_at = v_now
+     where j.id = nack_v1.id
+       and j.state = 'running'
+       and j.claimed_by = nack_v1.worker_id
+       and j.claims = nack_v1.claim
+    returning j.name, j.state, j.claimed_at
+  ),
+  -- what the attempt adds to the counters: a shed, a park and an interrupted attempt add nothing
+  outcome as (
+    select s.name, s.claimed_at,
+           case when s.state = 'dead' then 'dead'
+                when s.state = 'failed' then 'failed'
+                when s.state = 'ready' and nack_v1.counts_as_attempt then 'retried'
+           end as counted
+      from settled s
+  ),
+  counted as (
+    select jobs._count_settled(v_now, array_agg(o.name), array_agg(o.counted),
+                               array_agg(o.claimed_at))
+      from outcome o
+     where o.counted is not null
+  )
+  select count(*) into v_landed from settled, counted;
+  return v_landed > 0;
+end;
+$$;
+
+-- jobs.nack_many_v1: nack many claimed jobs of one worker in one call.
+-- Arguments: worker_id; nacks, a JSON array of objects with the keys of jobs.nack_v1
+-- (id and claim required; next_state, delay as interval text such as '5 seconds' or 'PT5S',
+-- counts_as_attempt, error, error_code, error_stack optional).
+-- Answers (id, landed) per element, in input order. Raises X_ARGUMENT_INVALID (an unknown key
+-- names its element; a value of the wrong type names the value). Locks the rows.
+create function jobs.nack_many_v1(worker_id text, nacks jsonb)
+returns setof jobs.settle_result
+language plpgsql
+volatile
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+  v_ids uuid[];
+  v_claims bigint[];
+  v_next_states text[];
+  v_delays interval[];
+  v_counts boolean[];
+  v_ord integer;
+  v_bad_key text;
+begin
+  if nacks is null or jsonb_typeof(nacks) <> 'array' then
+    perform jobs._invalid('jobs.nack_many_v1', 'nacks', 'must be a JSON array of objects');
+  end if;
+  if exists (select 1 from jsonb_array_elements(nacks) e where jsonb_typeof(e) <> 'object') then
+    perform jobs._invalid('jobs.nack_many_v1', 'nacks', 'must hold JSON objects only');
+  end if;
+  select format('nacks[%s].%s', e.ord, k.key)
+    into v_bad_key
+    from jsonb_array_elements(nacks) with ordinality as e(item, ord),
+         jsonb_object_keys(e.item) as k(key)
+   where k.key not in ('id', 'claim', 'next_state', 'delay', 'counts_as_attempt', 'error',
+                       'error_code', 'error_stack')
+   limit 1;
+  if v_bad_key is not null then
+    perform jobs._invalid('jobs.nack_many_v1', v_bad_key, 'is not an argument of jobs.nack_v1');
+  end if;
+
+  -- parse every element first, in one block: a value of the wrong type is an argument error
+  begin
+    select coalesce(array_agg((e.item ->> 'id')::uuid order by e.ord), '{}'),
+           coalesce(array_agg((e.item ->> 'claim')::bigint order by e.ord), '{}'),
+           coalesce(array_agg(coalesce(e.item ->> 'next_state', 'ready') order by e.ord), '{}'),
+           coalesce(array_agg(coalesce((e.item ->> 'delay')::interval, interval '0')
+                              order by e.ord), '{}'),
+           coalesce(array_agg(coalesce((e.item ->> 'counts_as_attempt')::boolean, true)
+                              order by e.ord), '{}')
+      into v_ids, v_claims, v_next_states, v_delays, v_counts
+      from jsonb_array_elements(nacks) with ordinality as e(item, ord);
+  exception
+    when invalid_text_representation or invalid_datetime_format or datetime_field_overflow
+         or numeric_value_out_of_range or invalid_parameter_value or interval_field_overflow then
+      perform jobs._invalid('jobs.nack_many_v1', 'nacks',
+                            'holds a value of the wrong type: ' || sqlerrm);
+  end;
+
+  for v_ord in 1..cardinality(v_ids) loop
+    return query
+      select v_ids[v_ord],
+             jobs.nack_v1(
+               id => v_ids[v_ord],
+               worker_id => nack_many_v1.worker_id,
+               claim => v_claims[v_ord],
+               next_state => v_next_states[v_ord],
+               delay => v_delays[v_ord],
+               counts_as_attempt => v_counts[v_ord],
+               error => nacks -> (v_ord - 1) ->> 'error',
+               error_code => nacks -> (v_ord - 1) ->> 'error_code',
+               error_stack => nacks -> (v_ord - 1) ->> 'error_stack');
+  end loop;
+end;
+$$;
+
+-- jobs.heartbeat_v1: renew a claimed attempt's lease.
+-- Arguments: id, worker_id, claim, visibility (30 s from now).
+-- Answers 'ok' (renewed), 'cancelled' (an operator cancelled the row this attempt held: stop,
+-- it is not a loss) or 'lost' (another claim owns the row, it finished, or it is gone).
+-- Raises X_ARGUMENT_INVALID. Locks the row.
+create function jobs.heartbeat_v1(
+  id uuid,
+  worker_id text,
+  claim bigint,
+  visibility interval default interval '30 seconds'
+)
+returns text
+language plpgsql
+volatile
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+  v_now timestamptz := jobs._now();
+  v_state text;
+begin
+  perform jobs._check_fence('jobs.heartbeat_v1', heartbeat_v1.id, heartbeat_v1.worker_id,
+                            heartbeat_v1.claim);
+  if visibility is null or visibility <= interval '0' then
+    perform jobs._invalid('jobs.heartbeat_v1', 'visibility', 'must be a positive interval');
+  end if;
+
+  update jobs.jobs j
+     set lease_expires_at = v_now + heartbeat_v1.visibility,
+         updated_at = v_now
+   where j.id = heartbeat_v1.id
+     and j.state = 'running'
+     and j.claimed_by = heartbeat_v1.worker_id
+     and j.claims = heartbeat_v1.claim;
+  if found then
+    return 'ok';
+  end if;
+
+  -- a cancel keeps the token, so only the attempt that was running sees 'cancelled'
+  select j.state
+    into v_state
+    from jobs.jobs j
+   where j.id = heartbeat_v1.id
+     and j.claimed_by = heartbeat_v1.worker_id
+     and j.claims = heartbeat_v1.claim;
+  if v_state = 'cancelled' then
+    return 'cancelled';
+  end if;
+  return 'lost';
+end;
+$$;
+
+-- 050_steps: durable step checkpoints, keyed by run, so a later attempt replays a step's stored
+-- result instead of running it again.
+--
+-- Tables: jobs.steps (insert, update, read), jobs.jobs (read, share lock).
+-- Lock order: the job row (for share, so no cancel or settle slips between the fence and the
+-- write), then the step row.
+
+create type jobs.step_record as (
+  name text,
+  status text,
+  output jsonb,
+  error text,
+  attempts integer,
+  started_at timestamptz,
+  finished_at timestamptz,
+  wake_at timestamptz
+);
+
+-- jobs.steps_v1: a run's step records, in the order they started.
+-- Arguments: run_id. Answers one jobs.step_record per step. Raises X_ARGUMENT_INVALID.
+-- Locks nothing.
+create function jobs.steps_v1(run_id uuid)
+returns setof jobs.step_record
+language plpgsql
+stable
+set search_path = pg_catalog, pg_temp
+as $$
+begin
+  if run_id is null then
+    perform jobs._invalid('jobs.steps_v1', 'run_id', 'must be a run id');
+  end if;
+  return query
+    select s.name, s.status, s.output, s.error, s.attempts, s.started_at, s.finished_at, s.wake_at
+      from jobs.steps s
+     where s.run_id = steps_v1.run_id
+     order by s.started_at, s.name;
+end;
+$$;
+
+-- jobs.record_step_v1: store a step's outcome for the run of a claimed job, fenced on the claim
+-- like jobs.ack_v1.
+-- Arguments: id, worker_id, claim (the attempt's fence); name; status ('completed', 'sleeping',
+-- 'waiting', 'failed'); output (the step's JSON result); error; wake_at (when a sleeping or
+-- waiting step is due). A completed step is never overwritten: it ran once, ever.
+-- Answers the stored jobs.step_record.
+-- Raises X_JOB_CANCELLED (the job was cancelled), X_JOB_LEASE_LOST (another claim owns the job,
+-- it finished, or it is gone), X_STEP_DUPLICATE (the step already completed in this run),
+-- X_ARGUMENT_INVALID. Locks: the job row (share), then the step row.
+create function jobs.record_step_v1(
+  id uuid,
+  worker_id text,
+  claim bigint,
+  name text,
+  status text,
+  output jsonb default null,
+  error text default null,
+  wake_at timestamptz default null
+)
+returns jobs.step_record
+language plpgsql
+volatile
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+  v_now timestamptz := jobs._now();
+  v_job record;
+  v_step jobs.step_record;
+begin
+  perform jobs._check_fence('jobs.record_step_v1', record_step_v1.id, record_step_v1.worker_id,
+                            record_step_v1.claim);
+  if name is null or name = '' then
+    perform jobs._invalid('jobs.record_step_v1', 'name', 'must be a non-empty step name');
+  end if;
+  if status is null or not (status = any(jobs.step_statuses())) then
+    perform jobs._invalid('jobs.record_step_v1', 'status',
+                          'must be one of ' || array_to_string(jobs.step_statuses(), ', '));
+  end if;
+
+  select j.run_id, j.state, j.claimed_by, j.claims
+    into v_job
+    from jobs.jobs j
+   where j.id = record_step_v1.id
+     for share;
+  if found
+     and v_job.state = 'cancelled'
+     and v_job.claimed_by = record_step_v1.worker_id
+     and v_job.claims = record_step_v1.claim then
+    perform jobs._raise(
+      'X_JOB_CANCELLED',
+      format('job %s was cancelled; step %s was not recorded', record_step_v1.id, record_step_v1.name),
+      jsonb_build_object('id', record_step_v1.id, 'step', record_step_v1.name));
+  end if;
+  if not found
+     or v_job.state <> 'running'
+     or v_job.claimed_by is distinct from record_step_v1.worker_id
+     or v_job.claims <> record_step_v1.claim then
+    perform jobs._raise(
+      'X_JOB_LEASE_LOST',
+      format('job %s is no longer held by claim %s of worker %s; step %s was not recorded',
+             record_step_v1.id, record_step_v1.claim, record_step_v1.worker_id, record_step_v1.name),
+      jsonb_build_object('id', record_step_v1.id, 'worker_id', record_step_v1.worker_id,
+                         'claim', record_step_v1.claim, 'step', record_step_v1.name));
+  end if;
+
+  insert into jobs.steps as s (
+    run_id, name, status, output, error, attempts, started_at, updated_at, finished_at, wake_at)
+  values (
+    v_job.run_id, record_step_v1.name, record_step_v1.status, record_step_v1.output,
+    record_step_v1.error, 1, v_now, v_now,
+    case when record_step_v1.status in ('completed', 'failed') then v_now end,
+    record_step_v1.wake_at)
+  on conflict on constraint steps_pkey do update
+     set status = excluded.status,
+         output = excluded.output,
+         error = excluded.error,
+         -- a step that failed and is tried again counts one more attempt
+         attempts = s.attempts + case when s.status = 'failed' then 1 else 0 end,
+         updated_at = excluded.updated_at,
+         finished_at = excluded.finished_at,
+         wake_at = excluded.wake_at
+   where s.status <> 'completed'
+  returning s.name, s.status, s.output, s.error, s.attempts, s.started_at, s.finished_at, s.wake_at
+    into v_step;
+
+  if v_step.name is null then
+    perform jobs._raise(
+      'X_STEP_DUPLICATE',
+      format('step %s of run %s already completed; a step runs once', record_step_v1.name,
+             v_job.run_id),
+      jsonb_build_object('id', record_step_v1.id, 'run_id', v_job.run_id,
+                         'step', record_step_v1.name));
+  end if;
+  return v_step;
+end;
+$$;
+
+-- 060_stats: what each queue holds, for dashboards, metrics and autoscalers.
+--
+-- Tables: jobs.jobs, jobs.queue_pauses (read). Locks nothing.
+
+-- dead rows of a queue, for its dead count: the other counted states have their index already
+-- (jobs_claim_idx, jobs_lease_idx), so the stats read no finished row. Rows enter it only as
+-- they die, so the hot path never pays for it.
+create index jobs_dead_idx
+  on jobs.jobs (queue)
+  where state = 'dead';
+
+create type jobs.queue_stat as (
+  queue text,
+  ready bigint,
+  delayed bigint,
+  running bigint,
+  suspended bigint,
+  dead bigint,
+  oldest_ready_age interval,
+  paused boolean
+);
+
+-- jobs.queue_stats: per queue, how many jobs are ready, delayed, running, suspended and dead,
+-- and how long the oldest ready-and-due job has waited past its run_at.
+-- Each row counts in exactly one bucket. ready: state 'ready' (a shed row included, even while
+-- its short delay runs) and 'delayed' rows that came due; delayed: 'delayed' rows not yet due.
+-- A suspended row (a sleep, a park) is excluded from oldest_ready_age even when due, on purpose.
+-- Arguments: queues (NULL: every queue holding a counted job, and every paused queue; given:
+-- exactly those, zeros included).
+-- Answers one jobs.queue_stat per queue, ordered by queue. Locks nothing.
+-- Each state is read through the partial index that holds it, so the finished rows of a queue,
+-- however many, are never read (a metrics scrape calls this). A paused queue is listed even when
+-- it holds nothing counted: a pause taken before the jobs come, or one that outlived them, must
+-- show.
+create function jobs.queue_stats(queues text[] default null)
+returns setof jobs.queue_stat
+language plpgsql
+stable
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+  v_now timestamptz := jobs._now();
+begin
+  return query
+    with counted_rows as (
+      -- one branch per partial index: waiting (jobs_claim_idx), running (jobs_lease_idx) and
+      -- dead (jobs_dead_idx); one scan over all five states would read the finished rows too
+      select j.queue, j.state, j.run_at
+        from jobs.jobs j
+       where j.state in ('ready', 'delayed', 'suspended')
+         and (queue_stats.queues is null or j.queue = any(queue_stats.queues))
+      union all
+      select j.queue, j.state, j.run_at
+        from jobs.jobs j
+       where j.state = 'running'
+         and (queue_stats.queues is null or j.queue = any(queue_stats.queues))
+      union all
+      select j.queue, j.state, j.run_at
+        from jobs.jobs j
+       where j.state = 'dead'
+         and (queue_stats.queues is null or j.queue = any(queue_stats.queues))
+    ),
+    counted as (
+      select r.queue,
+             -- a delayed row that came due waits like a ready one: count it there
+             count(*) filter (where r.state = 'ready'
+                                 or (r.state = 'delayed' and r.run_at <= v_now)) as ready,
+             count(*) filter (where r.state = 'delayed' and r.run_at > v_now) as delayed,
+             count(*) filter (where r.state = 'running') as running,
+             count(*) filter (where r.state = 'suspended') as suspended,
+             count(*) filter (where r.state = 'dead') as dead,
+             v_now - min(r.run_at) filter (where r.state in ('ready', 'delayed')
+                                             and r.run_at <= v_now) as oldest_ready_age
+        from counted_rows r
+       group by r.queue
+    ),
+    wanted as (
+      select q.queue
+        from unnest(queue_stats.queues) as q(queue)
+       union
+      select c.queue
+        from counted c
+       union
+      select p.queue
+        from jobs.queue_pauses p
+       where queue_stats.queues is null
+    )
+    select w.queue,
+           coalesce(c.ready, 0),
+           coalesce(c.delayed, 0),
+           coalesce(c.running, 0),
+           coalesce(c.suspended, 0),
+           coalesce(c.dead, 0),
+           c.oldest_ready_age,
+           exists (select 1 from jobs.queue_pauses p where p.queue = w.queue)
+      from wanted w
+      left join counted c on c.queue = w.queue
+     order by w.queue;
+end;
+$$;
+
+-- 070_pause: pause and resume a queue. A pause is a row the claim reads, so it takes effect at
+-- every worker's next claim; enqueues still land while a queue is paused.
+--
+-- Tables: jobs.queue_pauses (insert, delete). Locks: the pause row.
+
+-- jobs.pause_queue: stop handing out the jobs of `queue`.
+-- Arguments: queue, paused_by (who, for the record). Answers true when this call paused it,
+-- false when it was already paused. Raises X_ARGUMENT_INVALID.
+create function jobs.pause_queue(queue text, paused_by text default null)
+returns boolean
+language plpgsql
+volatile
+set search_path = pg_catalog, pg_temp
+as $$
+begin
+  if queue is null or btrim(queue) = '' then
+    perform jobs._invalid('jobs.pause_queue', 'queue', 'must be a non-empty queue name');
+  end if;
+  insert into jobs.queue_pauses as p (queue, paused_at, paused_by)
+  values (pause_queue.queue, jobs._now(), pause_queue.paused_by)
+  on conflict on constraint queue_pauses_pkey do nothing;
+  return found;
+end;
+$$;
+
+-- jobs.resume_queue: hand out the jobs of `queue` again, and wake its workers.
+-- Arguments: queue. Answers true when this call resumed it, false when it was not paused.
+-- Raises X_ARGUMENT_INVALID.
+create function jobs.resume_queue(queue text)
+returns boolean
+language plpgsql
+volatile
+set search_path = pg_catalog, pg_temp
+as $$
+begin
+  if queue is null or btrim(queue) = '' then
+    perform jobs._invalid('jobs.resume_queue', 'queue', 'must be a non-empty queue name');
+  end if;
+  delete from jobs.queue_pauses p
+   where p.queue = resume_queue.queue;
+  if found then
+    perform pg_notify('jobs_wake', resume_queue.queue);
+    return true;
+  end if;
+  return false;
+end;
+$$;
+
+-- 080_requeue: run a finished job again, keeping its run, so completed steps replay.
+--
+-- Tables: jobs.jobs (update), jobs.steps (delete). Lock order: the job row, then its steps.
+
+-- jobs.requeue: move a finished job (done, failed, dead, cancelled) back to 'ready', due now,
+-- with attempt 0 and no last error. Its claim token is kept, never reset, so a token from
+-- before the requeue cannot settle the new attempt.
+-- Arguments: id; from_step (optional): that step and every step that started at or after its
+-- start are dropped in the same statement, so they run again.
+-- Answers true. Raises X_JOB_NOT_FOUND (no such id), X_JOB_NOT_REQUEUEABLE (the job is live:
+-- requeueing it would run it twice), X_JOB_DUPLICATE (a live job holds its idempotency key),
+-- X_ARGUMENT_INVALID (from_step names no step of the run). Locks: the job row, then its steps.
+-- Wakes the job's queue.
+create function jobs.requeue(id uuid, from_step text default null)
+returns boolean
+language plpgsql
+volatile
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+  v_now timestamptz := jobs._now();
+  v_job record;
+  v_holder jobs.enqueue_result;
+  v_from timestamptz;
+begin
+  if id is null then
+    perform jobs._invalid('jobs.requeue', 'id', 'must be a job id');
+  end if;
+
+  select j.id, j.name, j.queue, j.state, j.tenant_id, j.idempotency_key, j.run_id
+    into v_job
+    from jobs.jobs j
+   where j.id = requeue.id
+     for update;
+  if not found then
+    perform jobs._raise('X_JOB_NOT_FOUND', format('no job has id %s', requeue.id),
+                        jsonb_build_object('id', requeue.id));
+  end if;
+  if v_job.state not in ('done', 'failed', 'dead', 'cancelled') then
+    perform jobs._raise(
+      'X_JOB_NOT_REQUEUEABLE',
+      format('job %s is %s; only a finished job can be requeued', requeue.id, v_job.state),
+      jsonb_build_object('id', requeue.id, 'state', v_job.state));
+  end if;
+
+  v_holder := jobs._find_live(v_job.name, v_job.tenant_id, v_job.idempotency_key);
+  if v_holder.id is not null then
+    perform jobs._raise(
+      'X_JOB_DUPLICATE',
+      format('job %s cannot be requeued: live job %s holds idempotency key %s', requeue.id,
+             v_holder.id, v_job.idempotency_key),
+      jsonb_build_object('id', requeue.id, 'job', v_job.name, 'existing_id', v_holder.id,
+                         'idempotency_key', v_job.idempotency_key, 'tenant_id', v_job.tenant_id));
+  end if;
+
+  if from_step is not null then
+    select s.started_at
+      into v_from
+      from jobs.steps s
+     where s.run_id = v_job.run_id
+       and s.name = requeue.from_step;
+    if not found then
+      perform jobs._invalid('jobs.requeue', 'from_step',
+                            format('names no step of run %s', v_job.run_id));
+    end if;
+  end if;
+
+  begin
+    with dropped as (
+      delete from jobs.steps s
+       where requeue.from_step is not null
+         and s.run_id = v_job.run_id
+         and (s.name = requeue.from_step or s.started_at >= v_from)
+    )
+    update jobs.jobs j
+       set state = 'ready',
+           run_at = v_now,
+           attempt = 0,
+           last_error = null,
+           last_error_code = null,
+           last_error_stack = null,
+           lease_expires_at = null,
+           finished_at = null,
+           updated_at = v_now
+     where j.id = requeue.id;
+  exception
+    when unique_violation then
+      -- a live twin committed between the check and the update
+      v_holder := jobs._find_live(v_job.name, v_job.tenant_id, v_job.idempotency_key);
+      perform jobs._raise(
+        'X_JOB_DUPLICATE',
+        format('job %s cannot be requeued: a live job holds idempotency key %s', requeue.id,
+               v_job.idempotency_key),
+        jsonb_build_object('id', requeue.id, 'job', v_job.name, 'existing_id', v_holder.id,
+                           'idempotency_key', v_job.idempotency_key));
+  end;
+
+  perform pg_notify('jobs_wake', v_job.queue);
+  return true;
+end;
+$$;
+
+-- 090_cancel: stop a live job. A waiting one is cancelled at once; a running one keeps its
+-- claimed_by and claim token, so its worker's next heartbeat answers 'cancelled' and its late
+-- ack, nack or step write matches nothing: the row stays cancelled.
+--
+-- Tables: jobs.jobs (update). Locks: the job row.
+
+-- jobs.cancel: cancel a live job (ready, delayed, running, suspended).
+-- Arguments: id; reason (optional, kept in last_error).
+-- Answers true. Raises X_JOB_NOT_CANCELLABLE (the job is finished, and is left exactly as it
+-- ended, or no job has that id), X_ARGUMENT_INVALID. Locks the row.
+create function jobs.cancel(id uuid, reason text default null)
+returns boolean
+language plpgsql
+volatile
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+  v_now timestamptz := jobs._now();
+  v_state text;
+begin
+  if id is null then
+    perform jobs._invalid('jobs.cancel', 'id', 'must be a job id');
+  end if;
+
+  update jobs.jobs j
+     set state = 'cancelled',
+         last_error = 'cancelled' || coalesce(': ' || cancel.reason, ''),
+         last_error_code = 'X_JOB_CANCELLED',
+         last_error_stack = null,
+         lease_expires_at = null,
+         finished_at = v_now,
+         updated_at = v_now
+   where j.id = cancel.id
+     and j.state in ('ready', 'delayed', 'running', 'suspended');
+  if found then
+    return true;
+  end if;
+
+  select j.state into v_state from jobs.jobs j where j.id = cancel.id;
+  perform jobs._raise(
+    'X_JOB_NOT_CANCELLABLE',
+    case when v_state is null then format('no job has id %s', cancel.id)
+         else format('job %s is %s; only a live job can be cancelled', cancel.id, v_state) end,
+    jsonb_build_object('id', cancel.id, 'state', v_state));
+  return false;
+end;
+$$;
+
+-- 100_outbox: the transactional outbox, for an application whose business database is not the
+-- database that holds the queue. An enqueue inside the application's transaction stages a row
+-- here; a relay claims staged rows under a lease, publishes each with jobs.enqueue under the
+-- row's own id (so a re-publish after a crash meets the job the first one made, live or
+-- finished), and marks it published.
+--
+-- Tables: jobs.outbox (insert, update). Locks: outbox rows, `for update skip locked` in the claim.
+-- Wake: pg_notify('jobs_outbox_wake', '') from a stage, delivered on commit, and only when no
+-- committed unclaimed row is already waiting (a relay that has one to do is already busy).
+-- Order: rows go out by (staged_at, seq): the transaction's start, then the order the rows were
+-- staged in (seq is a sequence: ids are time-ordered only to the millisecond). Claims are
+-- serialised (a transaction-scoped advisory lock) and a relay claims only ahead of any row
+-- another relay holds, so even with several relays a later row never overtakes an earlier one.
+
+create table jobs.outbox (
+  -- the id IS the job's id, and the run id is allocated here: a staged enqueue answers real ids
+  id uuid primary key,
+  run_id uuid not null,
+  staged_at timestamptz not null,
+  seq bigint generated always as identity,
+  request jsonb not null,
+  claimed_by text,
+  claim_expires_at timestamptz,
+  published_at timestamptz,
+  constraint outbox_request_object_check check (jsonb_typeof(request) = 'object')
+);
+
+-- what a relay claims: unpublished rows, in publish order
+create index outbox_unpublished_idx
+  on jobs.outbox (staged_at, seq)
+  where published_at is null;
+
+create type jobs.outbox_record as (
+  id uuid,
+  run_id uuid,
+  staged_at timestamptz,
+  request jsonb,
+  claimed_by text,
+  claim_expires_at timestamptz
+);
+
+-- jobs.outbox_stage: stage one job in the caller's transaction; it commits or rolls back with
+-- the caller's business rows, and a relay publishes it after commit.
+-- Arguments: those of jobs.enqueue but id and on_conflict (the staged row's id becomes the
+-- job's id; a live holder of the key is found at publish).
+-- Answers (id, run_id, false): the ids the job will have. Raises what jobs.enqueue's argument
+-- checks raise. Locks nothing but the new row. A run_id not given is the row's (the job's) own
+-- id, as in jobs.enqueue.
+create function jobs.outbox_stage(
+  name text,
+  input jsonb,
+  idempotency_key text,
+  queue text default 'default',
+  tenant_id text default null,
+  run_at timestamptz default null,
+  max_attempts integer default 20,
+  priority integer default 0,
+  run_id uuid default null,
+  traceparent text default null,
+  enqueued_by text default null
+)
+returns jobs.enqueue_result
+language plpgsql
+volatile
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+  v_now timestamptz := jobs._now();
+  v_id uuid := jobs._uuid_v7();
+  v_run_id uuid := coalesce(outbox_stage.run_id, v_id);
+begin
+  perform jobs._check_enqueue('jobs.outbox_stage', '', outbox_stage.name, outbox_stage.input,
+                              outbox_stage.idempotency_key, outbox_stage.queue,
+                              outbox_stage.tenant_id, coalesce(outbox_stage.run_at, v_now),
+                              outbox_stage.max_attempts, outbox_stage.priority);
+
+  -- silent while a committed row waits unclaimed: its relay is already on the way. In the
+  -- unpublished index's order, so the test reads waiting rows only: as an exists, the planner
+  -- scans the table, published history first
+  if (select 1
+        from jobs.outbox o
+       where o.published_at is null
+         and o.claimed_by is null
+       order by o.staged_at, o.seq
+       limit 1) is null then
+    perform pg_notify('jobs_outbox_wake', '');
+  end if;
+
+  insert into jobs.outbox as o (id, run_id, staged_at, request)
+  values (
+    v_id, v_run_id, v_now,
+    -- absent options drop out; the input is kept exactly, nulls inside it included
+    jsonb_strip_nulls(jsonb_build_object(
+      'name', outbox_stage.name,
+      'idempotency_key', outbox_stage.idempotency_key,
+      'queue', outbox_stage.queue,
+      'tenant_id', outbox_stage.tenant_id,
+      'run_at', outbox_stage.run_at,
+      'max_attempts', outbox_stage.max_attempts,
+      'priority', outbox_stage.priority,
+      'traceparent', outbox_stage.traceparent,
+      'enqueued_by', outbox_stage.enqueued_by))
+      || jsonb_build_object('input', outbox_stage.input));
+  return (v_id, v_run_id, false)::jobs.enqueue_result;
+end;
+$$;
+
+-- jobs._check_relay: refuse a relay call without a claimant or with an impossible lease.
+-- Raises X_ARGUMENT_INVALID. Locks nothing.
+create function jobs._check_relay(function_name text, relay_id text, ids uuid[])
+returns void
+language plpgsql
+stable
+set search_path = pg_catalog, pg_temp
+as $$
+begin
+  if relay_id is null or btrim(relay_id) = '' then
+    perform jobs._invalid(function_name, 'relay_id', 'must name the claiming relay');
+  end if;
+  if ids is null or array_position(ids, null) is not null then
+    perform jobs._invalid(function_name, 'ids', 'must be an array of outbox ids without NULL');
+  end if;
+end;
+$$;
+
+-- jobs.outbox_claim: claim up to batch_size staged rows for relay_id under a lease. A claim,
+-- not a read: the claimant and the lease are stamped in the locking statement, so a second
+-- relay cannot take the same rows until the lease lapses (a dead relay's rows come back then).
+-- A relay claims only rows ahead of the first row another relay holds under a live lease, and
+-- claims run one at a time: several relays never publish out of order (one works, the others
+-- stand by until its rows are published or its lease lapses).
+-- Arguments: relay_id, batch_size (100), lease (30 s; positive, at most a day).
+-- Answers the claimed rows in (staged_at, seq) order. Raises X_ARGUMENT_INVALID.
+-- Locks: an advisory lock for the claiming transaction, then the rows it answers.
+create function jobs.outbox_claim(
+  relay_id text,
+  batch_size integer default 100,
+  lease interval default interval '30 seconds'
+)
+returns setof jobs.outbox_record
+language plpgsql
+volatile
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+  v_now timestamptz := jobs._now();
+  v_held_from jobs.outbox%rowtype;
+begin
+  perform jobs._check_relay('jobs.outbox_claim', outbox_claim.relay_id, '{}');
+  if batch_size is null or batch_size < 1 then
+    perform jobs._invalid('jobs.outbox_claim', 'batch_size', 'must be an integer of at least 1');
+  end if;
+  if lease is null or lease <= interval '0' or lease > interval '1 day' then
+    perform jobs._invalid('jobs.outbox_claim', 'lease', 'must be a positive interval of at most a day');
+  end if;
+
+  -- one claim at a time (released at commit, so safe behind a pool): the next claim's snapshot
+  -- sees this one's stamps, and the prefix rule below holds
+  perform pg_advisory_xact_lock(hashtext('jobs.outbox_claim'));
+
+  select o.*
+    into v_held_from
+    from jobs.outbox o
+   where o.published_at is null
+     and o.claimed_by is distinct from outbox_claim.relay_id
+     and o.claim_expires_at > v_now
+   order by o.staged_at, o.seq
+   limit 1;
+
+  return query
+    with claimable as materialized (
+      select o.id
+        from jobs.outbox o
+       where o.published_at is null
+         -- its own held rows too: a relay never claims past rows it still holds
+         and (o.claimed_by is null
+              or o.claim_expires_at <= v_now
+              or o.claimed_by = outbox_claim.relay_id)
+         and (v_held_from.id is null
+              or (o.staged_at, o.seq) < (v_held_from.staged_at, v_held_from.seq))
+       order by o.staged_at, o.seq
+       limit outbox_claim.batch_size
+         for update skip locked
+    ),
+    claimed as (
+      update jobs.outbox o
+         set claimed_by = outbox_claim.relay_id,
+             claim_expires_at = v_now + outbox_claim.lease
+        from claimable c
+       where o.id = c.id
+      returning o.id, o.run_id, o.staged_at, o.seq, o.request, o.claimed_by, o.claim_expires_at
+    )
+    select c.id, c.run_id, c.staged_at, c.request, c.claimed_by, c.claim_expires_at
+      from claimed c
+     order by c.staged_at, c.seq;
+end;
+$$;
+
+-- jobs.outbox_mark_published: record that relay_id published these rows. Fenced: only rows
+-- this relay still holds under a live lease, not yet published (the first writer wins).
+-- Arguments: relay_id, ids. Answers the ids it marked. Raises X_ARGUMENT_INVALID.
+-- Locks: the rows it marks.
+create function jobs.outbox_mark_published(relay_id text, ids uuid[])
+returns setof uuid
+language plpgsql
+volatile
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+  v_now timestamptz := jobs._now();
+begin
+  perform jobs._check_relay('jobs.outbox_mark_published', outbox_mark_published.relay_id,
+                            outbox_mark_published.ids);
+  return query
+    update jobs.outbox o
+       set published_at = v_now
+     where o.id = any(outbox_mark_published.ids)
+       and o.claimed_by = outbox_mark_published.relay_id
+       and o.claim_expires_at > v_now
+       and o.published_at is null
+    returning o.id;
+end;
+$$;
+
+-- jobs.outbox_release: hand back rows relay_id claimed but did not publish (a failed publish
+-- stopped its batch), so the next pass takes them at once instead of after the lease.
+-- Fenced like jobs.outbox_mark_published. Arguments: relay_id, ids.
+-- Answers how many rows it released. Raises X_ARGUMENT_INVALID. Locks: those rows.
+create function jobs.outbox_release(relay_id text, ids uuid[])
+returns integer
+language plpgsql
+volatile
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+  v_now timestamptz := jobs._now();
+  v_released integer;
+begin
+  perform jobs._check_relay('jobs.outbox_release', outbox_release.relay_id, outbox_release.ids);
+  update jobs.outbox o
+     set claimed_by = null,
+         claim_expires_at = null
+   where o.id = any(outbox_release.ids)
+     and o.claimed_by = outbox_release.relay_id
+     and o.claim_expires_at > v_now
+     and o.published_at is null;
+  get diagnostics v_released = row_count;
+  return v_released;
+end;
+$$;
+
+-- jobs._publish: enqueue one staged request under the outbox row's own ids.
+-- Answers jobs.enqueue's answer. Raises what jobs.enqueue raises.
+create function jobs._publish(staged jobs.outbox_record)
+returns jobs.enqueue_result
+language sql
+volatile
+set search_path = pg_catalog, pg_temp
+as $$
+  select jobs.enqueue(
+    name => staged.request ->> 'name',
+    input => staged.request -> 'input',
+    idempotency_key => staged.request ->> 'idempotency_key',
+    queue => coalesce(staged.request ->> 'queue', 'default'),
+    tenant_id => staged.request ->> 'tenant_id',
+    run_at => (staged.request ->> 'run_at')::timestamptz,
+    max_attempts => coalesce((staged.request ->> 'max_attempts')::integer, 20),
+    priority => coalesce((staged.request ->> 'priority')::integer, 0),
+    id => staged.id,
+    run_id => staged.run_id,
+    on_conflict => 'dedupe',
+    traceparent => staged.request ->> 'traceparent',
+    enqueued_by => staged.request ->> 'enqueued_by')
+$$;
+
+-- jobs.outbox_relay: where the outbox and the queue share one database, relay a batch in one
+-- transaction: claim, publish each row in order, mark them published. A publish that raises
+-- rolls the whole batch back, so nothing overtakes anything.
+-- Arguments: relay_id, batch_size (100).
+-- Answers one (id, run_id, deduped) per published row, in publish order. Claims are serialised,
+-- so a second relay waits for this transaction rather than publish rows behind it.
+-- Raises X_ARGUMENT_INVALID and what jobs.enqueue raises. Locks: the claimed outbox rows.
+create function jobs.outbox_relay(relay_id text, batch_size integer default 100)
+returns setof jobs.enqueue_result
+language plpgsql
+volatile
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+  v_record jobs.outbox_record;
+  v_result jobs.enqueue_result;
+  v_published uuid[] := '{}';
+begin
+  for v_record in
+    select c.id, c.run_id, c.staged_at, c.request, c.claimed_by, c.claim_expires_at
+      from jobs.outbox_claim(relay_id => outbox_relay.relay_id,
+                             batch_size => outbox_relay.batch_size) c
+  loop
+    v_result := jobs._publish(v_record);
+    v_published := v_published || v_record.id;
+    return next v_result;
+  end loop;
+  perform jobs.outbox_mark_published(outbox_relay.relay_id, v_published);
+end;
+$$;
+
+-- 110_events: a stored event bus for step.wait_for_event. A run waiting for an event parks
+-- 'suspended' with a 'waiting' step; publishing a matching event makes those runs due at once,
+-- and the run, resumed, finds the earliest matching event published since its wait began.
+-- One clock: events and waits are stamped with the database's time (jobs._now()), so a worker
+-- whose clock runs ahead can neither miss an event nor time out early.
+--
+-- Tables: jobs.events (insert, read), jobs.steps (read), jobs.jobs (update run_at of waiters).
+-- Lock order: job rows (the waiters), as everywhere.
+
+create table jobs.events (
+  id uuid primary key,
+  name text not null,
+  payload jsonb not null,
+  correlation_key text,
+  published_at timestamptz not null,
+  expires_at timestamptz not null
+);
+
+-- a waiter looks for the earliest event of a name (and key) published since its wait began
+create index events_find_idx
+  on jobs.events (name, correlation_key, published_at);
+
+create type jobs.event_lookup as (
+  found boolean,
+  event_id uuid,
+  payload jsonb,
+  published_at timestamptz,
+  now timestamptz
+);
+
+-- jobs.publish_event: publish an event and wake the runs waiting for it.
+-- Arguments: name; payload (a JSON value, {} by default); correlation_key (ties it to the waits
+-- that match on it; a wait without a match takes any event of the name); ttl (7 days).
+-- Answers the event's id. Raises X_ARGUMENT_INVALID. Locks: the waiting job rows it wakes.
+-- Wakes: pg_notify('jobs_wake', <queue>) once per queue of the runs it made due, on commit.
+create function jobs.publish_event(
+  name text,
+  payload jsonb default '{}',
+  correlation_key text default null,
+  ttl interval default interval '7 days'
+)
+returns uuid
+language plpgsql
+volatile
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+  v_now timestamptz := jobs._now();
+  v_id uuid := jobs._uuid_v7();
+  v_queue text;
+begin
+  if name is null or btrim(name) = '' then
+    perform jobs._invalid('jobs.publish_event', 'name', 'must be a non-empty event name');
+  end if;
+  if payload is null then
+    perform jobs._invalid('jobs.publish_event', 'payload', 'must be a JSON value (''{}'' for none)');
+  end if;
+  if ttl is null or ttl <= interval '0' or ttl > interval '10 years' then
+    perform jobs._invalid('jobs.publish_event', 'ttl', 'must be a positive interval of at most 10 years');
+  end if;
+
+  insert into jobs.events as e (id, name, payload, correlation_key, published_at, expires_at)
+  values (v_id, publish_event.name, publish_event.payload, publish_event.correlation_key,
+          v_now, v_now + publish_event.ttl);
+
+  -- the runs parked on a matching wait become due now, instead of at their next poll, and
+  -- their queues' workers are woken (once per queue)
+  for v_queue in
+    with woken as (
+      update jobs.jobs j
+         set run_at = v_now,
+             updated_at = v_now
+       where j.state = 'suspended'
+         and j.run_at > v_now
+         and j.run_id in (
+           select s.run_id
+             from jobs.steps s
+            where s.status = 'waiting'
+              and s.output ->> 'event' = publish_event.name
+              and (s.output ->> 'match' is null
+                   or s.output ->> 'match' = publish_event.correlation_key))
+      returning j.queue
+    )
+    select distinct w.queue from woken w
+  loop
+    perform pg_notify('jobs_wake', v_queue);
+  end loop;
+  return v_id;
+end;
+$$;
+
+-- jobs.find_event: the earliest unexpired event of `name` published at or after `after`, with
+-- `correlation_key` when one is given; also answers the database's now, the one clock a wait's
+-- timeout is judged on.
+-- Answers one jobs.event_lookup (found = false and NULL fields when there is none).
+-- Raises X_ARGUMENT_INVALID. Locks nothing.
+create function jobs.find_event(
+  name text,
+  correlation_key text default null,
+  after timestamptz default '-infinity'
+)
+returns jobs.event_lookup
+language plpgsql
+stable
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+  v_now timestamptz := jobs._now();
+  v_lookup jobs.event_lookup;
+begin
+  if name is null or btrim(name) = '' then
+    perform jobs._invalid('jobs.find_event', 'name', 'must be a non-empty event name');
+  end if;
+  select true, e.id, e.payload, e.published_at, v_now
+    into v_lookup
+    from jobs.events e
+   where e.name = find_event.name
+     and (find_event.correlation_key is null or e.correlation_key = find_event.correlation_key)
+     and e.published_at >= coalesce(find_event.after, '-infinity')
+     and e.expires_at > v_now
+   order by e.published_at, e.id
+   limit 1;
+  if not found then
+    v_lookup := (false, null, null, null, v_now)::jobs.event_lookup;
+  end if;
+  return v_lookup;
+end;
+$$;
+
+-- 120_scheduler: cron tasks that fire exactly once per occurrence, across restarts and replicas.
+--
+-- A task's watermark is the last occurrence the scheduler has passed (fired, armed or skipped).
+-- jobs.scheduler_fire moves it, enqueues the occurrence's jobs and records the fire in one call:
+-- the task row is locked and the watermark is the fence, so a second fire of the same
+-- occurrence, by any node, enqueues nothing. Leadership is a lease row with an expiry (never a
+-- session advisory lock, which a connection pool silently breaks).
+--
+-- Tables: jobs.scheduler_tasks, jobs.scheduler_leases. Lock order: the task row, then the job
+-- rows the fire inserts.
+
+create table jobs.scheduler_tasks (
+  task text primary key,
+  watermark timestamptz not null,
+  last_fired_occurrence timestamptz,
+  last_fired_at timestamptz,
+  paused_at timestamptz
+);
+
+create table jobs.scheduler_leases (
+  name text primary key,
+  holder text not null,
+  expires_at timestamptz not null
+);
+
+create type jobs.task_state as (
+  task text,
+  watermark timestamptz,
+  last_fired_occurrence timestamptz,
+  last_fired_at timestamptz,
+  paused boolean
+);
+
+-- jobs.scheduler_arm: register a task, or read it back. A new task's watermark is `watermark`
+-- (the scheduler passes now, so a new task does not catch up on its past); an existing task
+-- keeps its own, so a restarted scheduler catches up on what it missed.
+-- Answers the task's jobs.task_state. Raises X_ARGUMENT_INVALID.
+create function jobs.scheduler_arm(task text, watermark timestamptz)
+returns jobs.task_state
+language plpgsql
+volatile
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+  v_state jobs.task_state;
+begin
+  if task is null or btrim(task) = '' then
+    perform jobs._invalid('jobs.scheduler_arm', 'task', 'must be a non-empty task name');
+  end if;
+  if watermark is null or not isfinite(watermark) then
+    perform jobs._invalid('jobs.scheduler_arm', 'watermark', 'must be a finite instant');
+  end if;
+  insert into jobs.scheduler_tasks as t (task, watermark)
+  values (scheduler_arm.task, scheduler_arm.watermark)
+  on conflict on constraint scheduler_tasks_pkey do nothing;
+  select t.task, t.watermark, t.last_fired_occurrence, t.last_fired_at, t.paused_at is not null
+    into v_state
+    from jobs.scheduler_tasks t
+   where t.task = scheduler_arm.task;
+  return v_state;
+end;
+$$;
+
+-- jobs.scheduler_fire: fire one occurrence of a task: move its watermark to `watermark` (the
+-- occurrence itself by default; run-once passes the latest missed occurrence, so the dropped
+-- ones are passed in the same call), enqueue `requests` (a jobs.enqueue_many array) with
+-- occurrence-scoped idempotency keys ('<task>@<occurrence>:<key>', distinct from a manual
+-- fire's), record the fire, and wake each queue it filled once.
+-- Fenced: only when the watermark has not passed the occurrence. A second fire of the same
+-- occurrence, a fire racing it on another node, or a fire of a paused task (which only moves
+-- the watermark) enqueues nothing.
+-- Answers the jobs' (id, run_id, deduped), in request order; nothing when fenced or paused.
+-- Raises X_ARGUMENT_INVALID and what jobs.enqueue_many raises. Locks: the task row, then the
+-- jobs it inserts.
+create function jobs.scheduler_fire(
+  task text,
+  occurrence timestamptz,
+  requests jsonb default '[]',
+  watermark timestamptz default null
+)
+returns setof jobs.enqueue_result
+language plpgsql
+volatile
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+  v_now timestamptz := jobs._now();
+  v_paused boolean;
+  v_requests jsonb;
+begin
+  if task is null or btrim(task) = '' then
+    perform jobs._invalid('jobs.scheduler_fire', 'task', 'must be a non-empty task name');
+  end if;
+  if occurrence is null or not isfinite(occurrence) then
+    perform jobs._invalid('jobs.scheduler_fire', 'occurrence', 'must be a finite instant');
+  end if;
+  if scheduler_fire.requests is null or jsonb_typeof(scheduler_fire.requests) <> 'array' then
+    perform jobs._invalid('jobs.scheduler_fire', 'requests', 'must be a JSON array of job requests');
+  end if;
+  if scheduler_fire.watermark is not null and scheduler_fire.watermark < occurrence then
+    perform jobs._invalid('jobs.scheduler_fire', 'watermark', 'must not be before the occurrence');
+  end if;
+
+  -- the fence: the task row is locked and moved only if its watermark is before the occurrence
+  update jobs.scheduler_tasks t
+     set watermark = coalesce(scheduler_fire.watermark, scheduler_fire.occurrence),
+         last_fired_occurrence = case when t.paused_at is null then scheduler_fire.occurrence
+                                      else t.last_fired_occurrence end,
+         last_fired_at = case when t.paused_at is null then v_now else t.last_fired_at end
+   where t.task = scheduler_fire.task
+     and t.watermark < scheduler_fire.occurrence
+  returning t.paused_at is not null
+    into v_paused;
+  if not found or v_paused then
+    return;
+  end if;
+
+  -- occurrence-scoped keys: a scheduled fire never collides with a manual enqueue of the job
+  -- a request without a key is left as it is, so enqueue_many refuses it (X_IDEMPOTENCY_REQUIRED)
+  select coalesce(jsonb_agg(
+           case
+             when nullif(btrim(r.item ->> 'idempotency_key'), '') is null then r.item
+             else r.item || jsonb_build_object(
+               'idempotency_key',
+               format('%s@%s:%s', scheduler_fire.task,
+                      to_char(scheduler_fire.occurrence at time zone 'UTC',
+                              'YYYY-MM-DD"T"HH24:MI:SS"Z"'),
+                      r.item ->> 'idempotency_key'))
+           end
+           order by r.ord), '[]')
+    into v_requests
+    from jsonb_array_elements(scheduler_fire.requests) with ordinality as r(item, ord);
+
+  return query
+    select e.id, e.run_id, e.deduped
+      from jobs.enqueue_many(requests => v_requests) e;
+end;
+$$;
+
+-- jobs.scheduler_skip: move a task's watermark forward without firing (arming past an outage
+-- under the skip policy, or a paused task's due occurrence). Never moves it back.
+-- Answers whether it moved. Raises X_ARGUMENT_INVALID. Locks the task row.
+create function jobs.scheduler_skip(task text, watermark timestamptz)
+returns boolean
+language plpgsql
+volatile
+set search_path = pg_catalog, pg_temp
+as $$
+begin
+  if watermark is null or not isfinite(watermark) then
+    perform jobs._invalid('jobs.scheduler_skip', 'watermark', 'must be a finite instant');
+  end if;
+  update jobs.scheduler_tasks t
+     set watermark = scheduler_skip.watermark
+   where t.task = scheduler_skip.task
+     and t.watermark < scheduler_skip.watermark;
+  return found;
+end;
+$$;
+
+-- jobs.scheduler_lead: take or renew the scheduler lease for `holder`: granted when nobody
+-- holds it, the holder's lease lapsed, or `holder` already holds it. Renewal and acquisition
+-- are the same call, made every renewal interval by leader and standbys alike.
+-- Arguments: holder, ttl (30 s), name ('scheduler').
+-- Answers whether `holder` leads until now + ttl. Raises X_ARGUMENT_INVALID.
+-- Locks the lease row.
+create function jobs.scheduler_lead(
+  holder text,
+  ttl interval default interval '30 seconds',
+  name text default 'scheduler'
+)
+returns boolean
+language plpgsql
+volatile
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+  v_now timestamptz := jobs._now();
+begin
+  if holder is null or btrim(holder) = '' then
+    perform jobs._invalid('jobs.scheduler_lead', 'holder', 'must name the scheduler node');
+  end if;
+  if ttl is null or ttl <= interval '0' or ttl > interval '1 hour' then
+    perform jobs._invalid('jobs.scheduler_lead', 'ttl', 'must be a positive interval of at most an hour');
+  end if;
+  insert into jobs.scheduler_leases as l (name, holder, expires_at)
+  values (scheduler_lead.name, scheduler_lead.holder, v_now + scheduler_lead.ttl)
+  on conflict on constraint scheduler_leases_pkey do update
+     set holder = excluded.holder,
+         expires_at = excluded.expires_at
+   where l.holder = excluded.holder
+      or l.expires_at <= v_now;
+  return found;
+end;
+$$;
+
+-- jobs.scheduler_resign: give the lease up at once, if `holder` holds it (a clean stop; an
+-- abandoned round never calls it, so the lease runs out on its own).
+-- Answers whether it was held.
+create function jobs.scheduler_resign(holder text, name text default 'scheduler')
+returns boolean
+language plpgsql
+volatile
+set search_path = pg_catalog, pg_temp
+as $$
+begin
+  delete from jobs.scheduler_leases l
+   where l.name = scheduler_resign.name
+     and l.holder = scheduler_resign.holder;
+  return found;
+end;
+$$;
+
+-- jobs.pause_task / jobs.resume_task: a paused task's due occurrences pass without firing.
+-- Answer whether the call changed anything. Raise X_ARGUMENT_INVALID for an unknown task.
+create function jobs.pause_task(task text)
+returns boolean
+language plpgsql
+volatile
+set search_path = pg_catalog, pg_temp
+as $$
+begin
+  update jobs.scheduler_tasks t
+     set paused_at = jobs._now()
+   where t.task = pause_task.task
+     and t.paused_at is null;
+  if not found and not exists (select 1 from jobs.scheduler_tasks t where t.task = pause_task.task) then
+    perform jobs._invalid('jobs.pause_task', 'task', 'names no task a scheduler has armed');
+  end if;
+  return found;
+end;
+$$;
+
+create function jobs.resume_task(task text)
+returns boolean
+language plpgsql
+volatile
+set search_path = pg_catalog, pg_temp
+as $$
+begin
+  update jobs.scheduler_tasks t
+     set paused_at = null
+   where t.task = resume_task.task
+     and t.paused_at is not null;
+  if not found and not exists (select 1 from jobs.scheduler_tasks t where t.task = resume_task.task) then
+    perform jobs._invalid('jobs.resume_task', 'task', 'names no task a scheduler has armed');
+  end if;
+  return found;
+end;
+$$;
+
+-- jobs.task_fires: every task's watermark, last fire and pause state (at most 1,000 tasks).
+-- Answers jobs.task_state rows ordered by task. Locks nothing.
+create function jobs.task_fires()
+returns setof jobs.task_state
+language sql
+stable
+set search_path = pg_catalog, pg_temp
+as $$
+  select t.task, t.watermark, t.last_fired_occurrence, t.last_fired_at, t.paused_at is not null
+    from jobs.scheduler_tasks t
+   order by t.task
+   limit 1000
+$$;
+
+-- 130_operator: what an operator does to jobs: list them a page at a time, remove one, promote a
+-- waiting one to now, and the bulk forms of requeue, remove and promote.
+--
+-- Tables: jobs.jobs (read, update, delete), jobs.steps (delete). Lock order: job rows, then
+-- their steps. Bulk calls touch at most 1,000 rows and answer (affected, remaining), so
+-- "call until zero" ends.
+
+create type jobs.job_summary as (
+  id uuid,
+  run_id uuid,
+  name text,
+  queue text,
+  state text,
+  tenant_id text,
+  attempt integer,
+  max_attempts integer,
+  priority integer,
+  run_at timestamptz,
+  created_at timestamptz,
+  updated_at timestamptz,
+  finished_at timestamptz,
+  last_error text,
+  last_error_code text
+);
+
+create type jobs.bulk_result as (
+  affected integer,
+  remaining bigint
+);
+
+-- jobs._listed_queues: the queues jobs.list_jobs reads: `queue` when given, else every queue
+-- name in jobs.jobs, each found with one descent of jobs_queue_created_idx (the next name after
+-- the last), not by reading the rows. Answers setof text, in name order. Raises nothing.
+create function jobs._listed_queues(queue text)
+returns setof text
+language sql
+stable
+set search_path = pg_catalog, pg_temp
+as $$
+  with recursive names (queue) as (
+    select coalesce(_listed_queues.queue,
+                    (select j.queue from jobs.jobs j order by j.queue limit 1))
+    union all
+    select (select j.queue from jobs.jobs j where j.queue > n.queue order by j.queue limit 1)
+      from names n
+     where _listed_queues.queue is null
+       and n.queue is not null
+  )
+  select n.queue from names n where n.queue is not null
+$$;
+
+-- jobs.list_jobs: a page of jobs, newest first by (created_at, id), filtered.
+-- Arguments: queue, name, state, tenant_id, id_prefix (the start of the id's text), created_from,
+-- created_to (inclusive), page_size (100, at most 200), after (the id of the last row of the
+-- previous page: older rows), before (the id of the first row of the page: newer rows, still
+-- answered newest first). Never both cursors.
+-- The seek reads the cursor row's own created_at, so rows created in the same millisecond are
+-- neither skipped nor repeated. A short page is the last one.
+-- Reads jobs_queue_created_idx: the asked queue's rows from the cursor on, or, without a queue,
+-- each queue's in turn (one index descent finds the next queue name) merged into one page.
+-- No index on (created_at, id) alone: it would cost every insert and update of the hot path an
+-- entry. The per-queue seek reads up to a page per queue, so an unfiltered page over thousands of
+-- queues, or a filter a large queue never matches, reads many entries; pass the queue when you
+-- know it.
+-- Raises X_JOB_PAGE_INVALID (page_size out of range, both cursors, a cursor naming no job),
+-- X_ARGUMENT_INVALID. Locks nothing.
+create function jobs.list_jobs(
+  queue text default null,
+  name text default null,
+  state text default null,
+  tenant_id text default null,
+  id_prefix text default null,
+  created_from timestamptz default null,
+  created_to timestamptz default null,
+  page_size integer default 100,
+  after uuid default null,
+  before uuid default null
+)
+returns setof jobs.job_summary
+language plpgsql
+stable
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+  -- no cursor seeks from the greatest key there can be, inclusive, so the seek is always an
+  -- index bound (a row may hold that very key: a caller's id, a pinned clock)
+  v_cursor_at timestamptz := 'infinity';
+  v_cursor_id uuid := 'ffffffff-ffff-ffff-ffff-ffffffffffff';
+begin
+  if page_size is null or page_size < 1 or page_size > 200 then
+    perform jobs._raise('X_JOB_PAGE_INVALID',
+                        format('page_size must be from 1 to 200, got %s', page_size),
+                        jsonb_build_object('argument', 'page_size'));
+  end if;
+  if after is not null and before is not null then
+    perform jobs._raise('X_JOB_PAGE_INVALID', 'pass after or before, not both',
+                        jsonb_build_object('argument', 'after, before'));
+  end if;
+  if state is not null and not (state = any(jobs.job_states())) then
+    perform jobs._invalid('jobs.list_jobs', 'state',
+                          'must be one of ' || array_to_string(jobs.job_states(), ', '));
+  end if;
+  if coalesce(list_jobs.after, list_jobs.before) is not null then
+    select j.created_at, j.id
+      into v_cursor_at, v_cursor_id
+      from jobs.jobs j
+     where j.id = coalesce(list_jobs.after, list_jobs.before);
+    if not found then
+      perform jobs._raise(
+        'X_JOB_PAGE_INVALID',
+        format('%s names no job: pass the id of a row a page answered',
+               case when list_jobs.after is not null then 'after' else 'before' end),
+        jsonb_build_object('argument',
+                           case when list_jobs.after is not null then 'after' else 'before' end));
+    end if;
+  end if;
+
+  if list_jobs.before is not null then
+    -- each queue's rows just newer than the cursor, the oldest of them first, then answered
+    -- newest first
+    return query
+      select p.id, p.run_id, p.name, p.queue, p.state, p.tenant_id, p.attempt, p.max_attempts,
+             p.priority, p.run_at, p.created_at, p.updated_at, p.finished_at, p.last_error,
+             p.last_error_code
+        from (
+          select n.*
+            from jobs._listed_queues(list_jobs.queue) q (queue)
+           cross join lateral (
+             select j.id, j.run_id, j.name, j.queue, j.state, j.tenant_id, j.attempt,
+                    j.max_attempts, j.priority, j.run_at, j.created_at, j.updated_at,
+                    j.finished_at, j.last_error, j.last_error_code
+               from jobs.jobs j
+              where j.queue = q.queue
+                and (j.created_at, j.id) > (v_cursor_at, v_cursor_id)
+                and (list_jobs.name is null or j.name = list_jobs.name)
+                and (list_jobs.state is null or j.state = list_jobs.state)
+                and (list_jobs.tenant_id is null or j.tenant_id = list_jobs.tenant_id)
+                and (list_jobs.id_prefix is null  -- a plain prefix: no wildcards, any case
+                     or left(j.id::text, length(list_jobs.id_prefix)) = lower(list_jobs.id_prefix))
+                and (list_jobs.created_from is null or j.created_at >= list_jobs.created_from)
+                and (list_jobs.created_to is null or j.created_at <= list_jobs.created_to)
+              order by j.created_at, j.id
+              limit list_jobs.page_size
+           ) n
+           order by n.created_at, n.id
+           limit list_jobs.page_size
+        ) p
+       order by p.created_at desc, p.id desc;
+    return;
+  end if;
+
+  return query
+    select o.id, o.run_id, o.name, o.queue, o.state, o.tenant_id, o.attempt, o.max_attempts,
+           o.priority, o.run_at, o.created_at, o.updated_at, o.finished_at, o.last_error,
+           o.last_error_code
+      from jobs._listed_queues(list_jobs.queue) q (queue)
+     cross join lateral (
+       select j.id, j.run_id, j.name, j.queue, j.state, j.tenant_id, j.attempt, j.max_attempts,
+              j.priority, j.run_at, j.created_at, j.updated_at, j.finished_at, j.last_error,
+              j.last_error_code
+         from jobs.jobs j
+        where j.queue = q.queue
+          and (j.created_at, j.id) <= (v_cursor_at, v_cursor_id)
+          and (list_jobs.after is null or j.id <> list_jobs.after)
+          and (list_jobs.name is null or j.name = list_jobs.name)
+          and (list_jobs.state is null or j.state = list_jobs.state)
+          and (list_jobs.tenant_id is null or j.tenant_id = list_jobs.tenant_id)
+          and (list_jobs.id_prefix is null  -- a plain prefix: no wildcards, any case
+               or left(j.id::text, length(list_jobs.id_prefix)) = lower(list_jobs.id_prefix))
+          and (list_jobs.created_from is null or j.created_at >= list_jobs.created_from)
+          and (list_jobs.created_to is null or j.created_at <= list_jobs.created_to)
+        order by j.created_at desc, j.id desc
+        limit list_jobs.page_size
+     ) o
+     order by o.created_at desc, o.id desc
+     limit list_jobs.page_size;
+end;
+$$;
+
+-- jobs.remove: delete a job that is not running, and its run's steps once no row of the run
+-- is left. Arguments: id. Answers true.
+-- Raises X_JOB_NOT_FOUND, X_JOB_NOT_REMOVABLE (it is running: cancel it first).
+-- Locks: the job row, then its steps. Whether a row of the run is left is two index probes
+-- (jobs._run_stands), not a read of the table.
+create function jobs.remove(id uuid)
+returns boolean
+language plpgsql
+volatile
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+  v_job record;
+begin
+  select j.state, j.run_id into v_job from jobs.jobs j where j.id = remove.id for update;
+  if not found then
+    perform jobs._raise('X_JOB_NOT_FOUND', format('no job has id %s', remove.id),
+                        jsonb_build_object('id', remove.id));
+  end if;
+  if v_job.state = 'running' then
+    perform jobs._raise('X_JOB_NOT_REMOVABLE',
+                        format('job %s is running; cancel it first', remove.id),
+                        jsonb_build_object('id', remove.id, 'state', v_job.state));
+  end if;
+  delete from jobs.jobs j where j.id = remove.id;
+  if not jobs._run_stands(v_job.run_id) then
+    delete from jobs.steps s where s.run_id = v_job.run_id;
+  end if;
+  return true;
+end;
+$$;
+
+-- jobs.promote: make a waiting job due now: a delayed one, or a ready one backing off.
+-- Arguments: id. Answers true. Wakes its queue.
+-- Raises X_JOB_NOT_FOUND, X_JOB_NOT_PROMOTABLE (it is not waiting on its run_at).
+-- Locks the row.
+create function jobs.promote(id uuid)
+returns boolean
+language plpgsql
+volatile
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+  v_now timestamptz := jobs._now();
+  v_queue text;
+  v_state text;
+begin
+  update jobs.jobs j
+     set state = 'ready',
+         run_at = v_now,
+         updated_at = v_now
+   where j.id = promote.id
+     and j.state in ('delayed', 'ready')
+     and j.run_at > v_now
+  returning j.queue into v_queue;
+  if found then
+    perform pg_notify('jobs_wake', v_queue);
+    return true;
+  end if;
+  select j.state into v_state from jobs.jobs j where j.id = promote.id;
+  if v_state is null then
+    perform jobs._raise('X_JOB_NOT_FOUND', format('no job has id %s', promote.id),
+                        jsonb_build_object('id', promote.id));
+  end if;
+  perform jobs._raise(
+    'X_JOB_NOT_PROMOTABLE',
+    format('job %s is %s and not waiting on its run_at', promote.id, v_state),
+    jsonb_build_object('id', promote.id, 'state', v_state));
+  return false;
+end;
+$$;
+
+-- jobs._bulk_check: refuse a bulk call without a state in its list.
+-- Raises X_ARGUMENT_INVALID.
+create function jobs._bulk_check(function_name text, state text, allowed text[])
+returns void
+language plpgsql
+stable
+set search_path = pg_catalog, pg_temp
+as $$
+begin
+  if state is null or not (state = any(allowed)) then
+    perform jobs._invalid(function_name, 'state', 'must be one of ' || array_to_string(allowed, ', '));
+  end if;
+end;
+$$;
+
+-- jobs.requeue_many: requeue finished jobs of one state (done, failed, dead, cancelled),
+-- optionally of one queue, name and tenant, at most 1,000 a call. A row whose key a live job
+-- holds stays; of several finished rows sharing a key, the oldest is requeued. Keeps each run,
+-- so completed steps replay.
+-- Answers (affected, remaining): remaining counts the rows a next call could still move, as of
+-- the call's snapshot.
+-- Raises X_ARGUMENT_INVALID. Locks the rows it moves (skip locked). Wakes their queues.
+-- Finds the movable rows once a call, with a join to the live rows rather than a jobs._find_live
+-- call per finished row (about 1.7 s a pass next to 200,000 finished rows), and checks each row's
+-- state again under its lock, so a row claimed since the call read it is not reset to ready.
+create function jobs.requeue_many(
+  state text,
+  queue text default null,
+  name text default null,
+  tenant_id text default null
+)
+returns jobs.bulk_result
+language plpgsql
+volatile
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+  v_now timestamptz := jobs._now();
+  v_movable bigint;
+  v_affected integer;
+  v_queues text[];
+  v_queue text;
+begin
+  perform jobs._bulk_check('jobs.requeue_many', requeue_many.state,
+                           array['done', 'failed', 'dead', 'cancelled']);
+  with movable as materialized (
+    -- of several finished rows sharing a key, the oldest; none whose key a live job holds
+    select distinct on (j.name, coalesce(j.tenant_id, ''), j.idempotency_key) j.id
+      from jobs.jobs j
+     where j.state = requeue_many.state
+       and (requeue_many.queue is null or j.queue = requeue_many.queue)
+       and (requeue_many.name is null or j.name = requeue_many.name)
+       and (requeue_many.tenant_id is null or j.tenant_id = requeue_many.tenant_id)
+       and not exists (
+             select 1
+               from jobs.jobs live
+              where live.name = j.name
+                and coalesce(live.tenant_id, '') = coalesce(j.tenant_id, '')
+                and live.idempotency_key = j.idempotency_key
+                and live.state in ('ready', 'delayed', 'running', 'suspended'))
+     order by j.name, coalesce(j.tenant_id, ''), j.idempotency_key, j.created_at, j.id
+  ),
+  batch as materialized (
+    -- the state again, under the lock: a row another session moved on since `movable` was read
+    -- (requeued and claimed, say) is read anew here, and a lock by id alone would take it
+    select j.id
+      from jobs.jobs j
+      join movable m on m.id = j.id
+     where j.state = requeue_many.state
+     order by j.created_at, j.id
+     limit 1000
+       for update of j skip locked
+  ),
+  moved as (
+    update jobs.jobs j
+       set state = 'ready', run_at = v_now, attempt = 0, last_error = null,
+           last_error_code = null, last_error_stack = null, lease_expires_at = null,
+           finished_at = null, updated_at = v_now
+      from batch b
+     where j.id = b.id
+    returning j.queue
+  )
+  select (select count(*) from movable), count(*), coalesce(array_agg(distinct m.queue), '{}')
+    into v_movable, v_affected, v_queues
+    from moved m;
+
+  foreach v_queue in array v_queues loop
+    perform pg_notify('jobs_wake', v_queue);
+  end loop;
+
+  -- each moved row was its key's only movable row, and its key is live now
+  return (v_affected, v_movable - v_affected)::jobs.bulk_result;
+end;
+$$;
+
+-- jobs.remove_many: delete jobs of one state (any but running), optionally of one queue, name
+-- and tenant, at most 1,000 a call, with the steps of runs no row is left of.
+-- A call's rows are in no particular order.
+-- Answers (affected, remaining). Raises X_ARGUMENT_INVALID. Locks the rows (skip locked), then
+-- their steps. Whether a run has a row left is two index probes a run (jobs._run_stands), not a
+-- read of the table.
+create function jobs.remove_many(
+  state text,
+  queue text default null,
+  name text default null,
+  tenant_id text default null
+)
+returns jobs.bulk_result
+language plpgsql
+volatile
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+  v_affected integer;
+  v_remaining bigint;
+  v_runs uuid[];
+begin
+  perform jobs._bulk_check('jobs.remove_many', remove_many.state,
+                           array['ready', 'delayed', 'suspended', 'done', 'failed', 'dead',
+                                 'cancelled']);
+  with batch as materialized (
+    -- in no particular order: every row of the state goes, and no index orders the table by age
+    -- (an order by age would sort the whole state before the first row is locked)
+    select j.id
+      from jobs.jobs j
+     where j.state = remove_many.state
+       and (remove_many.queue is null or j.queue = remove_many.queue)
+       and (remove_many.name is null or j.name = remove_many.name)
+       and (remove_many.tenant_id is null or j.tenant_id = remove_many.tenant_id)
+     limit 1000
+       for update skip locked
+  ),
+  removed as (
+    delete from jobs.jobs j
+     using batch b
+     where j.id = b.id
+    returning j.run_id
+  )
+  select count(*), coalesce(array_agg(distinct r.run_id), '{}')
+    into v_affected, v_runs
+    from removed r;
+
+  delete from jobs.steps s
+   where s.run_id = any(v_runs)
+     and not jobs._run_stands(s.run_id);
+
+  select count(*)
+    into v_remaining
+    from jobs.jobs j
+   where j.state = remove_many.state
+     and (remove_many.queue is null or j.queue = remove_many.queue)
+     and (remove_many.name is null or j.name = remove_many.name)
+     and (remove_many.tenant_id is null or j.tenant_id = remove_many.tenant_id);
+  return (v_affected, v_remaining)::jobs.bulk_result;
+end;
+$$;
+
+-- jobs.promote_many: make waiting jobs of one state (delayed, or ready backing off) due now,
+-- optionally of one queue, name and tenant, at most 1,000 a call.
+-- Answers (affected, remaining: rows still waiting on their run_at). Raises X_ARGUMENT_INVALID.
+-- Locks the rows (skip locked). Wakes their queues.
+create function jobs.promote_many(
+  state text,
+  queue text default null,
+  name text default null,
+  tenant_id text default null
+)
+returns jobs.bulk_result
+language plpgsql
+volatile
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+  v_now timestamptz := jobs._now();
+  v_affected integer;
+  v_remaining bigint;
+  v_queues text[];
+  v_queue text;
+begin
+  perform jobs._bulk_check('jobs.promote_many', promote_many.state, array['delayed', 'ready']);
+  with batch as materialized (
+    select j.id
+      from jobs.jobs j
+     where j.state = promote_many.state
+       and j.run_at > v_now
+       and (promote_many.queue is null or j.queue = promote_many.queue)
+       and (promote_many.name is null or j.name = promote_many.name)
+       and (promote_many.tenant_id is null or j.tenant_id = promote_many.tenant_id)
+     order by j.run_at, j.id
+     limit 1000
+       for update skip locked
+  ),
+  moved as (
+    update jobs.jobs j
+       set state = 'ready', run_at = v_now, updated_at = v_now
+      from batch b
+     where j.id = b.id
+    returning j.queue
+  )
+  select count(*), coalesce(array_agg(distinct m.queue), '{}')
+    into v_affected, v_queues
+    from moved m;
+
+  foreach v_queue in array v_queues loop
+    perform pg_notify('jobs_wake', v_queue);
+  end loop;
+
+  select count(*)
+    into v_remaining
+    from jobs.jobs j
+   where j.state = promote_many.state
+     and j.run_at > v_now
+     and (promote_many.queue is null or j.queue = promote_many.queue)
+     and (promote_many.name is null or j.name = promote_many.name)
+     and (promote_many.tenant_id is null or j.tenant_id = promote_many.tenant_id);
+  return (v_affected, v_remaining)::jobs.bulk_result;
+end;
+$$;
+
+-- 140_workers: the registry of live workers: who runs, where, on which queues, holding what.
+--
+-- Tables: jobs.workers (one row per worker process). Locks: the caller's own row; an announce
+-- also deletes rows that expired. A row lives one TTL (the worker's visibility timeout) past its
+-- last heartbeat, so a killed worker vanishes from the listing without anyone forgetting it.
+
+create table jobs.workers (
+  id text primary key,
+  host text not null,
+  pid integer not null,
+  queues text[] not null,
+  slots integer not null,
+  -- at most 100 ids are kept (in_flight_count has the true number): a listing stays small
+  in_flight uuid[] not null default '{}',
+  in_flight_count integer not null default 0,
+  started_at timestamptz not null,
+  heartbeat_at timestamptz not null,
+  expires_at timestamptz not null,
+  draining_at timestamptz
+);
+
+-- jobs._check_worker: refuse a registry call missing its worker id or with a useless TTL.
+-- Raises X_ARGUMENT_INVALID. Locks nothing.
+create function jobs._check_worker(function_name text, worker_id text, ttl interval)
+returns void
+language plpgsql
+stable
+set search_path = pg_catalog, pg_temp
+as $$
+begin
+  if worker_id is null or btrim(worker_id) = '' then
+    perform jobs._invalid(function_name, 'worker_id', 'must be a non-empty worker id');
+  end if;
+  if ttl is null or ttl <= interval '0' then
+    perform jobs._invalid(function_name, 'ttl', 'must be a positive interval');
+  end if;
+end;
+$$;
+
+-- jobs.worker_announce: register (or re-register) a worker as live for ttl.
+-- Arguments: worker_id, host, pid, queues (non-empty), slots (at least 1), ttl (30 s: the
+-- worker's visibility timeout). A re-announce keeps started_at and clears nothing else it
+-- is not given. Also deletes every row that expired, so the table holds live workers and the
+-- few that died since the last announce.
+-- Raises X_ARGUMENT_INVALID. Locks the worker's row and the expired rows.
+create function jobs.worker_announce(
+  worker_id text,
+  host text,
+  pid integer,
+  queues text[],
+  slots integer,
+  ttl interval default interval '30 seconds'
+)
+returns void
+language plpgsql
+volatile
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+  v_now timestamptz := jobs._now();
+begin
+  perform jobs._check_worker('jobs.worker_announce', worker_announce.worker_id,
+                             worker_announce.ttl);
+  if host is null or btrim(host) = '' then
+    perform jobs._invalid('jobs.worker_announce', 'host', 'must be a non-empty host name');
+  end if;
+  if pid is null or pid < 0 then
+    perform jobs._invalid('jobs.worker_announce', 'pid', 'must be a process id of at least 0');
+  end if;
+  if queues is null or cardinality(queues) = 0
+     or exists (select 1 from unnest(queues) q where q is null or btrim(q) = '') then
+    perform jobs._invalid('jobs.worker_announce', 'queues',
+                          'must be a non-empty array of non-empty queue names');
+  end if;
+  if slots is null or slots < 1 then
+    perform jobs._invalid('jobs.worker_announce', 'slots', 'must be an integer of at least 1');
+  end if;
+
+  delete from jobs.workers w
+   where w.expires_at <= v_now
+     and w.id <> worker_announce.worker_id;
+
+  insert into jobs.workers as w (id, host, pid, queues, slots, started_at, heartbeat_at,
+                                 expires_at)
+  values (worker_announce.worker_id, worker_announce.host, worker_announce.pid,
+          worker_announce.queues, worker_announce.slots, v_now, v_now,
+          v_now + worker_announce.ttl)
+  on conflict (id) do update
+     set host = excluded.host,
+         pid = excluded.pid,
+         queues = excluded.queues,
+         slots = excluded.slots,
+         heartbeat_at = excluded.heartbeat_at,
+         expires_at = excluded.expires_at;
+end;
+$$;
+
+-- jobs.worker_heartbeat: keep a worker's row live for another ttl and record what it holds.
+-- Arguments: worker_id, in_flight (the job ids it runs; the first 100 are kept), ttl (30 s).
+-- Answers false when the row is gone (expired and swept, or forgotten): announce again.
+-- Raises X_ARGUMENT_INVALID. Locks the worker's row.
+create function jobs.worker_heartbeat(
+  worker_id text,
+  in_flight uuid[] default '{}',
+  ttl interval default interval '30 seconds'
+)
+returns boolean
+language plpgsql
+volatile
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+  v_now timestamptz := jobs._now();
+begin
+  perform jobs._check_worker('jobs.worker_heartbeat', worker_heartbeat.worker_id,
+                             worker_heartbeat.ttl);
+  if in_flight is null or array_position(in_flight, null) is not null then
+    perform jobs._invalid('jobs.worker_heartbeat', 'in_flight',
+                          'must be an array of job ids (empty for none)');
+  end if;
+
+  update jobs.workers w
+     set in_flight = worker_heartbeat.in_flight[1:100],
+         in_flight_count = cardinality(worker_heartbeat.in_flight),
+         heartbeat_at = v_now,
+         expires_at = v_now + worker_heartbeat.ttl
+   where w.id = worker_heartbeat.worker_id;
+  return found;
+end;
+$$;
+
+-- jobs.worker_draining: mark a worker as draining (it claims nothing more and hands its work
+-- back). The first mark's time is kept.
+-- Arguments: worker_id. Answers false when the worker has no row.
+-- Raises X_ARGUMENT_INVALID. Locks the worker's row.
+create function jobs.worker_draining(worker_id text)
+returns boolean
+language plpgsql
+volatile
+set search_path = pg_catalog, pg_temp
+as $$
+begin
+  perform jobs._check_worker('jobs.worker_draining', worker_draining.worker_id,
+                             interval '1 second');
+  update jobs.workers w
+     set draining_at = coalesce(w.draining_at, jobs._now())
+   where w.id = worker_draining.worker_id;
+  return found;
+end;
+$$;
+
+-- jobs.worker_forget: delete a worker's row, as a worker does when it stops.
+-- Arguments: worker_id. Answers whether a row was deleted.
+-- Raises X_ARGUMENT_INVALID. Locks the worker's row.
+create function jobs.worker_forget(worker_id text)
+returns boolean
+language plpgsql
+volatile
+set search_path = pg_catalog, pg_temp
+as $$
+begin
+  perform jobs._check_worker('jobs.worker_forget', worker_forget.worker_id, interval '1 second');
+  delete from jobs.workers w
+   where w.id = worker_forget.worker_id;
+  return found;
+end;
+$$;
+
+-- jobs.workers_live: every worker whose row has not expired, oldest first.
+-- Answers one row per worker (the registry's columns) ordered by started_at, id. Locks nothing.
+create function jobs.workers_live()
+returns table (id text, host text, pid integer, queues text[], slots integer, in_flight uuid[],
+               in_flight_count integer, started_at timestamptz, heartbeat_at timestamptz,
+               expires_at timestamptz, draining_at timestamptz)
+language sql
+stable
+set search_path = pg_catalog, pg_temp
+as $$
+  select w.id, w.host, w.pid, w.queues, w.slots, w.in_flight, w.in_flight_count, w.started_at,
+         w.heartbeat_at, w.expires_at, w.draining_at
+    from jobs.workers w
+   where w.expires_at > jobs._now()
+   order by w.started_at, w.id
+$$;
+
+-- 150_counters: per job name, how many attempts ended done, retried, failed or dead, and how
+-- long they ran, in time buckets.
+--
+-- Tables: jobs.counter_buckets. The settling statements (ack, nack, the claim's burial) add to
+-- the current minute's bucket through jobs._count_settled, in the statement that moves the row,
+-- so a count never disagrees with the rows. Each backend writes one of 64 shards of a minute
+-- (its pid modulo 64), so concurrent workers rarely meet on one row, and only briefly when they
+-- do. jobs.rollup_counters folds shards and tiers: 1-minute buckets for 24 hours, 5-minute for
+-- 7 days, 1-hour for 30 days, then gone. Every settled attempt sits in exactly one row at any
+-- time, so readers sum across tiers.
+
+create table jobs.counter_buckets (
+  tier text not null,
+  bucket timestamptz not null,
+  name text not null,
+  shard smallint not null default 0,
+  done bigint not null default 0,
+  retried bigint not null default 0,
+  failed bigint not null default 0,
+  dead bigint not null default 0,
+  duration_ms bigint not null default 0,
+  primary key (tier, bucket, name, shard),
+  constraint counter_buckets_tier_check check (tier in ('1m', '5m', '1h'))
+);
+
+-- readers ask by name over a time range
+create index counter_buckets_name_idx
+  on jobs.counter_buckets (name, bucket);
+
+-- jobs._bucket: the start of the bucket of width `width` holding `at`, aligned on the Unix epoch
+-- in UTC whatever the session's time zone.
+create function jobs._bucket(width interval, at timestamptz)
+returns timestamptz
+language sql
+immutable
+set search_path = pg_catalog, pg_temp
+as $$
+  select date_bin(width, at, timestamptz '1970-01-01 00:00:00+00')
+$$;
+
+-- jobs._count_settled: add settled attempts to the current minute's counters.
+-- Arguments: settled_at (the settle's clock), and parallel arrays of job names, outcomes
+-- ('done', 'retried', 'failed', 'dead'; NULL adds nothing) and the attempts' claimed_at (their
+-- duration runs from it to settled_at). NULL arrays add nothing.
+-- Answers the number of counter rows written. Locks this backend's shard rows of the minute.
+create function jobs._count_settled(
+  settled_at timestamptz,
+  names text[],
+  outcomes text[],
+  claimed_ats timestamptz[]
+)
+returns integer
+language sql
+volatile
+set search_path = pg_catalog, pg_temp
+as $$
+  with tallied as (
+    select s.name,
+           count(*) filter (where s.outcome = 'done') as done,
+           count(*) filter (where s.outcome = 'retried') as retried,
+           count(*) filter (where s.outcome = 'failed') as failed,
+           count(*) filter (where s.outcome = 'dead') as dead,
+           coalesce(sum(greatest(
+             (extract(epoch from (settled_at - s.claimed_at)) * 1000)::bigint, 0)), 0)
+             as duration_ms
+      from unnest(names, outcomes, claimed_ats) as s(name, outcome, claimed_at)
+     where s.outcome in ('done', 'retried', 'failed', 'dead')
+     group by s.name
+  ),
+  written as (
+    insert into jobs.counter_buckets as c
+           (tier, bucket, name, shard, done, retried, failed, dead, duration_ms)
+    select '1m', jobs._bucket(interval '1 minute', settled_at), t.name,
+           (pg_backend_pid() % 64)::smallint, t.done, t.retried, t.failed, t.dead,
+           t.duration_ms
+      from tallied t
+     -- one lock order for every statement: two backends sharing a shard never deadlock
+     order by t.name
+    on conflict (tier, bucket, name, shard) do update
+       set done = c.done + excluded.done,
+           retried = c.retried + excluded.retried,
+           failed = c.failed + excluded.failed,
+           dead = c.dead + excluded.dead,
+           duration_ms = c.duration_ms + excluded.duration_ms
+    returning 1
+  )
+  select count(*)::integer from written
+$$;
+
+-- jobs._fold_counters: move the rows of `from_tier` older than `older_than` into `to_tier`
+-- buckets of `to_width` (shard 0), adding to what is there; to_tier NULL deletes them.
+-- Moving deletes, so a second call finds nothing to move: the fold is idempotent.
+-- Answers the number of rows moved. Locks the moved rows and their targets.
+create function jobs._fold_counters(
+  from_tier text,
+  older_than timestamptz,
+  to_tier text,
+  to_width interval,
+  only_shards boolean default false
+)
+returns bigint
+language sql
+volatile
+set search_path = pg_catalog, pg_temp
+as $$
+  with moved as (
+    delete from jobs.counter_buckets c
+     where c.tier = from_tier
+       and c.bucket < older_than
+       and (not only_shards or c.shard <> 0)
+    returning c.bucket, c.name, c.done, c.retried, c.failed, c.dead, c.duration_ms
+  ),
+  folded as (
+    insert into jobs.counter_buckets as c
+           (tier, bucket, name, shard, done, retried, failed, dead, duration_ms)
+    select to_tier, jobs._bucket(to_width, m.bucket), m.name, 0, sum(m.done), sum(m.retried),
+           sum(m.failed), sum(m.dead), sum(m.duration_ms)
+      from moved m
+     where to_tier is not null
+     group by jobs._bucket(to_width, m.bucket), m.name
+    on conflict (tier, bucket, name, shard) do update
+       set done = c.done + excluded.done,
+           retried = c.retried + excluded.retried,
+           failed = c.failed + excluded.failed,
+           dead = c.dead + excluded.dead,
+           duration_ms = c.duration_ms + excluded.duration_ms
+    returning 1
+  )
+  select count(*) from moved
+$$;
+
+-- jobs.rollup_counters: fold the counter tiers. Past minutes' shards become one row per name;
+-- 1-minute buckets older than 24 hours fold into 5-minute ones, 5-minute older than 7 days into
+-- 1-hour ones, and 1-hour buckets older than 30 days are deleted. The scheduler leader runs it
+-- once a minute; running it again, or from two sessions at once, changes no total.
+-- Answers (tier, moved): the rows each step moved out of that tier. Locks the moved rows.
+create function jobs.rollup_counters()
+returns table (tier text, moved bigint)
+language plpgsql
+volatile
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+  v_now timestamptz := jobs._now();
+begin
+  -- a past minute takes no more settles: its shards can become one row
+  tier := '1m shards';
+  moved := jobs._fold_counters('1m', jobs._bucket(interval '1 minute', v_now), '1m',
+                               interval '1 minute', true);
+  return next;
+  tier := '1m';
+  moved := jobs._fold_counters('1m', v_now - interval '24 hours', '5m', interval '5 minutes');
+  return next;
+  tier := '5m';
+  moved := jobs._fold_counters('5m', v_now - interval '7 days', '1h', interval '1 hour');
+  return next;
+  tier := '1h';
+  moved := jobs._fold_counters('1h', v_now - interval '30 days', null, null);
+  return next;
+end;
+$$;
+
+create type jobs.counter_row as (
+  name text,
+  tier text,
+  bucket timestamptz,
+  done bigint,
+  retried bigint,
+  failed bigint,
+  dead bigint,
+  duration_ms bigint
+);
+
+-- jobs.counters: one job name's counter history since `since`, every tier, oldest first.
+-- Arguments: name (NULL: every name), since (NULL: an hour ago).
+-- Answers one jobs.counter_row per (name, tier, bucket), shards summed. Locks nothing.
+create function jobs.counters(name text default null, since timestamptz default null)
+returns setof jobs.counter_row
+language sql
+stable
+set search_path = pg_catalog, pg_temp
+as $$
+  select c.name, c.tier, c.bucket, sum(c.done)::bigint, sum(c.retried)::bigint,
+         sum(c.failed)::bigint, sum(c.dead)::bigint, sum(c.duration_ms)::bigint
+    from jobs.counter_buckets c
+   where (counters.name is null or c.name = counters.name)
+     and c.bucket >= coalesce(counters.since, jobs._now() - interval '1 hour')
+   group by c.name, c.tier, c.bucket
+   order by c.bucket, c.name, c.tier
+$$;
+
+-- jobs.counter_totals: per job name, the totals since `since` (NULL: an hour ago).
+-- A bucket is counted whole when it starts at or after `since`.
+-- Answers (name, done, retried, failed, dead, duration_ms) ordered by name. Locks nothing.
+create function jobs.counter_totals(since timestamptz default null)
+returns table (name text, done bigint, retried bigint, failed bigint, dead bigint,
+               duration_ms bigint)
+language sql
+stable
+set search_path = pg_catalog, pg_temp
+as $$
+  select c.name, sum(c.done)::bigint, sum(c.retried)::bigint, sum(c.failed)::bigint,
+         sum(c.dead)::bigint, sum(c.duration_ms)::bigint
+    from jobs.counter_buckets c
+   where c.bucket >= coalesce(counter_totals.since, jobs._now() - interval '1 hour')
+   group by c.name
+   order by c.name
+$$;
+
+-- 160_progress: how far a running attempt has got, as its body reports it.
+--
+-- Tables: jobs.jobs (update of progress). Locks: the reported row. Fenced like a heartbeat, so a
+-- body whose lease lapsed cannot report on the attempt that replaced it. The worker throttles the
+-- calls (at most one a second per run, plus the last before the settle).
+
+-- jobs.progress_v1: record a running attempt's progress.
+-- Arguments: id, worker_id, claim (the attempt's fence), done (at least 0), total (NULL when
+-- unknown; else at least 0), both finite, note (NULL, at most 1,000 characters).
+-- Writes progress = {"done", "total", "note", "at"} on the row. Answers whether it landed.
+-- Raises X_ARGUMENT_INVALID. Locks the row.
+create function jobs.progress_v1(
+  id uuid,
+  worker_id text,
+  claim bigint,
+  done numeric,
+  total numeric default null,
+  note text default null
+)
+returns boolean
+language plpgsql
+volatile
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+  v_now timestamptz := jobs._now();
+begin
+  perform jobs._check_fence('jobs.progress_v1', progress_v1.id, progress_v1.worker_id,
+                            progress_v1.claim);
+  -- numeric has NaN and Infinity, which compare above every number: refuse them by name
+  if done is null or done < 0 or done in ('NaN', 'Infinity') then
+    perform jobs._invalid('jobs.progress_v1', 'done', 'must be a finite number of at least 0');
+  end if;
+  if total < 0 or total in ('NaN', 'Infinity') then
+    perform jobs._invalid('jobs.progress_v1', 'total',
+                          'must be NULL or a finite number of at least 0');
+  end if;
+  if length(note) > 1000 then
+    perform jobs._invalid('jobs.progress_v1', 'note', 'must be at most 1,000 characters');
+  end if;
+
+  update jobs.jobs j
+     set progress = jsonb_build_object('done', progress_v1.done, 'total', progress_v1.total,
+                                       'note', progress_v1.note, 'at', v_now)
+   where j.id = progress_v1.id
+     and j.state = 'running'
+     and j.claimed_by = progress_v1.worker_id
+     and j.claims = progress_v1.claim;
+  return found;
+end;
+$$;
+
+-- 170_inspect: one job in full, and the queue depth an autoscaler scales on.
+--
+-- Tables: jobs.jobs, jobs.steps, jobs.queue_pauses, jobs.workers (read). Locks nothing.
+
+-- jobs.inspect_job: everything stored about one job, as one JSON document.
+-- Arguments: id. Answers {"job": the row (every column, input and progress included),
+-- "steps": the run's step trace in the order the steps started, each {name, status, attempts,
+-- started_at, updated_at, finished_at, wake_at, duration_ms (NULL until it finished),
+-- output_bytes, error}, "queue_paused": whether its queue is paused}.
+-- Raises X_JOB_NOT_FOUND. Locks nothing.
+create function jobs.inspect_job(id uuid)
+returns jsonb
+language plpgsql
+stable
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+  v_job jobs.jobs;
+begin
+  if id is null then
+    perform jobs._invalid('jobs.inspect_job', 'id', 'must be a job id');
+  end if;
+  select j.* into v_job from jobs.jobs j where j.id = inspect_job.id;
+  if not found then
+    perform jobs._raise('X_JOB_NOT_FOUND',
+                        format('jobs.inspect_job: no job has id %s', inspect_job.id),
+                        jsonb_build_object('function', 'jobs.inspect_job', 'id', inspect_job.id));
+  end if;
+
+  return jsonb_build_object(
+    'job', to_jsonb(v_job),
+    'steps', coalesce((
+      select jsonb_agg(jsonb_build_object(
+               'name', s.name,
+               'status', s.status,
+               'attempts', s.attempts,
+               'started_at', s.started_at,
+               'updated_at', s.updated_at,
+               'finished_at', s.finished_at,
+               'wake_at', s.wake_at,
+               'duration_ms', (extract(epoch from (s.finished_at - s.started_at)) * 1000)::bigint,
+               'output_bytes', octet_length(s.output::text),
+               'error', s.error)
+             order by s.started_at, s.name)
+        from jobs.steps s
+       where s.run_id = v_job.run_id), '[]'::jsonb),
+    'queue_paused', exists (select 1 from jobs.queue_pauses p where p.queue = v_job.queue));
+end;
+$$;
+
+create type jobs.queue_depth_row as (
+  queue text,
+  running bigint,
+  due bigint,
+  draining_held bigint,
+  depth bigint
+);
+
+-- jobs.queue_depth: the number an autoscaler scales workers on, per queue: the jobs running
+-- plus the jobs due now (ready, delayed or suspended with run_at <= now), minus the running jobs
+-- that draining workers hold (they come back as due work once handed back, and are not new
+-- demand). A paused queue is left out: more workers would not drain it.
+-- Arguments: queues (NULL: every queue holding live work). Answers one jobs.queue_depth_row per
+-- queue with live work, ordered by queue. Locks nothing. Reads the clock once a call, not once a
+-- row: a read per row is four fifths of its time at 22,000 live rows.
+create function jobs.queue_depth(queues text[] default null)
+returns setof jobs.queue_depth_row
+language sql
+stable
+set search_path = pg_catalog, pg_temp
+as $$
+  with clock as materialized (
+    select jobs._now() as now
+  ),
+  live as (
+    select j.queue,
+           j.state,
+           j.run_at,
+           j.state = 'running'
+           and exists (select 1
+                         from jobs.workers w
+                        where w.id = j.claimed_by
+                          and w.draining_at is not null
+                          and w.expires_at > (select c.now from clock c)) as held_by_draining
+      from jobs.jobs j
+     where j.state in ('ready', 'delayed', 'suspended', 'running')
+       and (queue_depth.queues is null or j.queue = any(queue_depth.queues))
+       and not exists (select 1 from jobs.queue_pauses p where p.queue = j.queue)
+  ),
+  counted as (
+    select l.queue,
+           count(*) filter (where l.state = 'running') as running,
+           count(*) filter (where l.state <> 'running'
+                                 and l.run_at <= (select c.now from clock c)) as due,
+           count(*) filter (where l.state = 'running' and l.held_by_draining) as draining_held
+      from live l
+     group by l.queue
+  )
+  select c.queue, c.running, c.due, c.draining_held, c.running + c.due - c.draining_held
+    from counted c
+   order by c.queue
+$$;
+
+-- 180_storage: how Postgres keeps the hot table healthy.
+--
+-- Tables: jobs.jobs, jobs.steps, jobs.outbox (storage parameters only). Every job is inserted,
+-- then updated at least twice (claimed, settled), and no update can be HOT (each moves an
+-- indexed column or a partial index's predicate), so a busy queue leaves two dead tuples per
+-- job. The defaults wait for 20 % of the table to be dead before vacuuming; here a vacuum starts
+-- after 1,000 dead tuples plus 2 % of the table, and runs without cost delays, so the claim's
+-- index scans stay short.
+-- Statistics are taken again after 2,000 changed rows, whatever the table's size, not after the
+-- default 5 % of it. A big history of finished rows and a quiet spell can leave the last sample
+-- holding no live row; until the next one, the planner takes the partial indexes of live rows
+-- for empty and reads a whole backlog through them on a by-id write. At 5 % of a million rows
+-- that would last for 50,000 changes. jobs.steps and jobs.outbox grow the same way.
+
+alter table jobs.jobs set (
+  autovacuum_vacuum_threshold = 1000,
+  autovacuum_vacuum_scale_factor = 0.02,
+  autovacuum_vacuum_insert_scale_factor = 0.02,
+  autovacuum_analyze_threshold = 2000,
+  autovacuum_analyze_scale_factor = 0,
+  autovacuum_vacuum_cost_delay = 0
+);
+
+alter table jobs.steps set (
+  autovacuum_analyze_threshold = 2000,
+  autovacuum_analyze_scale_factor = 0
+);
+
+alter table jobs.outbox set (
+  autovacuum_analyze_threshold = 2000,
+  autovacuum_analyze_scale_factor = 0
+);
+
+-- 190_purge: retention. What has outlived its window is deleted a bounded batch a call, so the
+-- tables stop growing with history: finished jobs, the steps of runs no row is left of,
+-- published outbox rows and expired events.
+--
+-- Tables: jobs.jobs, jobs.steps, jobs.outbox, jobs.events (delete). Also here: how a run's rows
+-- are found (jobs_run_shared_idx, jobs._run_stands, used by jobs.remove and jobs.remove_many
+-- too); the default run_id of jobs.enqueue, jobs.enqueue_many and jobs.outbox_stage is the
+-- job's own id, which keeps that index small (the functions themselves stay in their files).
+-- Lock order: job rows (skip locked), then their runs' steps, then outbox rows (skip locked),
+-- then events (skip locked).
+-- Calls are serialised by a transaction-scoped advisory lock: two purges splitting one run
+-- between them would each see the other's row still standing and leave the run's steps behind.
+-- One clock reading a call (jobs._now()).
+
+-- the finished rows by age, one index per window: with one index for both, every call would walk
+-- the whole band of failed and dead rows kept for 90 days before reaching the done rows that
+-- came of age. A finished row is in exactly one of them, so an ack adds one index entry.
+create index jobs_done_idx
+  on jobs.jobs (finished_at)
+  where state = 'done';
+
+create index jobs_ended_idx
+  on jobs.jobs (finished_at)
+  where state in ('failed', 'dead', 'cancelled');
+
+-- the jobs that continue another job's run. A job enqueued without a run_id has its own id as
+-- run_id, so a run's rows are the row whose id is the run's plus the rows of this index: whether
+-- a run has a row left is two index probes, not a read of the table. A job enters it only when
+-- enqueued with another's run_id.
+create index jobs_run_shared_idx
+  on jobs.jobs (run_id)
+  where run_id <> id;
+
+-- jobs._run_stands: whether a job row of the run is left: the row whose id is the run's (a job
+-- enqueued without a run_id), or one continuing the run (jobs_run_shared_idx, its predicate
+-- spelled out so the planner can prove it). Two index probes.
+-- Answers boolean. Raises nothing. Locks nothing.
+create function jobs._run_stands(run_id uuid)
+returns boolean
+language sql
+stable
+set search_path = pg_catalog, pg_temp
+as $$
+  select exists (
+           select 1 from jobs.jobs j where j.id = _run_stands.run_id and j.run_id = j.id
+         )
+      or exists (
+           select 1 from jobs.jobs j where j.run_id = _run_stands.run_id and j.run_id <> j.id
+         )
+$$;
+
+-- jobs._outbox_awaits: whether an unpublished outbox row of this database names the job id: its
+-- relay published it and stopped before marking the row, so the row will be published again,
+-- and the job must stay to meet that publish (jobs.enqueue dedupes on the id) or it runs twice.
+-- A primary key probe. Answers boolean. Raises nothing. Locks nothing.
+create function jobs._outbox_awaits(id uuid)
+returns boolean
+language sql
+stable
+set search_path = pg_catalog, pg_temp
+as $$
+  select exists (
+    select 1 from jobs.outbox o where o.id = _outbox_awaits.id and o.published_at is null
+  )
+$$;
+
+create type jobs.purge_result as (
+  jobs integer,
+  steps integer,
+  outbox integer,
+  events integer
+);
+
+-- jobs.purge: delete, a batch each, done jobs finished more than done_after ago; failed, dead
+-- and cancelled jobs finished more than ended_after ago; the steps of the runs whose last row
+-- went; outbox rows published more than published_after ago; events past their expiry.
+-- Never a live job (ready, delayed, running, suspended), never an unpublished outbox row, and
+-- never a finished job that an unpublished outbox row of this database names (its relay
+-- published it and stopped before marking the row: the job must stay to meet the next publish,
+-- or it would run again).
+-- Arguments: done_after (default 14 days), ended_after (90 days), published_after (7 days),
+-- batch_size (1..10000, default 1000: at most that many jobs of each window, outbox rows and
+-- events a call). Answers (jobs, steps, outbox, events) deleted; call again until all are 0.
+-- Raises X_ARGUMENT_INVALID. Locks: see the file's head.
+create function jobs.purge(
+  done_after interval default interval '14 days',
+  ended_after interval default interval '90 days',
+  published_after interval default interval '7 days',
+  batch_size integer default 1000
+)
+returns jobs.purge_result
+language plpgsql
+volatile
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+  v_now timestamptz := jobs._now();
+  v_jobs integer;
+  v_steps integer := 0;
+  v_outbox integer;
+  v_events integer;
+  v_runs uuid[];
+begin
+  if done_after is null or done_after < interval '0' then
+    perform jobs._invalid('jobs.purge', 'done_after', 'must be an interval of 0 or more');
+  end if;
+  if ended_after is null or ended_after < interval '0' then
+    perform jobs._invalid('jobs.purge', 'ended_after', 'must be an interval of 0 or more');
+  end if;
+  if published_after is null or published_after < interval '0' then
+    perform jobs._invalid('jobs.purge', 'published_after', 'must be an interval of 0 or more');
+  end if;
+  if batch_size is null or batch_size < 1 or batch_size > 10000 then
+    perform jobs._invalid('jobs.purge', 'batch_size', 'must be between 1 and 10000');
+  end if;
+
+  perform pg_advisory_xact_lock(hashtext('jobs.purge'));
+
+  -- each window in its own subquery, so each walks its own partial index oldest first
+  with batch as materialized (
+    select d.id
+      from (select j.id
+              from jobs.jobs j
+             where j.state = 'done'
+               and j.finished_at < v_now - purge.done_after
+               and not jobs._outbox_awaits(j.id)
+             order by j.finished_at
+             limit purge.batch_size
+               for update skip locked) d
+    union all
+    select e.id
+      from (select j.id
+              from jobs.jobs j
+             where j.state in ('failed', 'dead', 'cancelled')
+               and j.finished_at < v_now - purge.ended_after
+               and not jobs._outbox_awaits(j.id)
+             order by j.finished_at
+             limit purge.batch_size
+               for update skip locked) e
+  ),
+  removed as (
+    delete from jobs.jobs j
+     using batch b
+     where j.id = b.id
+    returning j.run_id
+  )
+  select count(*), coalesce(array_agg(distinct r.run_id), '{}')
+    into v_jobs, v_runs
+    from removed r;
+
+  with gone as (
+    delete from jobs.steps s
+     where s.run_id = any(v_runs)
+       and not jobs._run_stands(s.run_id)
+    returning 1
+  )
+  select count(*) into v_steps from gone;
+
+  -- no index orders either table by age: the scan stops at the batch's last row, and both are
+  -- written in about the order they age in
+  with gone as (
+    delete from jobs.outbox o
+     where o.id in (
+       select p.id
+         from jobs.outbox p
+        where p.published_at < v_now - purge.published_after
+        limit purge.batch_size
+          for update skip locked
+     )
+    returning 1
+  )
+  select count(*) into v_outbox from gone;
+
+  with gone as (
+    delete from jobs.events e
+     where e.id in (
+       select x.id
+         from jobs.events x
+        where x.expires_at <= v_now
+        limit purge.batch_size
+          for update skip locked
+     )
+    returning 1
+  )
+  select count(*) into v_events from gone;
+
+  return (v_jobs, v_steps, v_outbox, v_events)::jobs.purge_result;
+end;
+$$;
+
+-- revision 0002
+-- durajobs revision 0002 up, frozen by scripts/freeze-revision.
+-- Never edit after release: a change ships as a new revision.
+
+-- >>> schema changes: tables, types, indexes, rows (by hand; kept on regeneration)
+create table jobs.declarations (
+  name text primary key,
+  queue text not null,
+  max_attempts integer not null check (max_attempts >= 1),
+  priority integer not null,
+  tenant_required boolean not null,
+  -- shown, not enforced by the SQL: the retry schedule, the timeouts, the input's JSON schema
+  retry jsonb not null default '{}',
+  timeout interval,
+  input_schema jsonb not null default '{}',
+  declared_by text not null,
+  declared_at timestamptz not null,
+  -- the last time a deploy declared this name the same way (a name no deploy has declared for a
+  -- while may be gone from the code)
+  seen_at timestamptz not null
+);
+
+create type jobs.job_type as (
+  name text,
+  queue text,
+  max_attempts integer,
+  priority integer,
+  tenant_required boolean,
+  retry jsonb,
+  timeout interval,
+  input_schema jsonb,
+  declared_by text,
+  declared_at timestamptz,
+  seen_at timestamptz
+);
+
+create type jobs.declare_result as (
+  name text,
+  -- 'added', 'unchanged', 'replaced', or 'conflict' (the stored declaration was kept)
+  outcome text,
+  -- for 'replaced' and 'conflict': {field: {"stored": ..., "declared": ...}} of what differs
+  differences jsonb,
+  stored_by text
+);
+
+alter type jobs._enqueue_request add attribute tenant_required boolean;
+
+insert into jobs.error_codes (code, sqlstate, fix) values
+  ('X_JOB_TENANT_REQUIRED', 'JQ017',
+   'declare tenant=lambda input: input.org_id, or tenant=''none'' for a job with no tenant; from SQL pass tenant_id => the tenant the job acts for');
+
+-- >>> functions (generated by scripts/freeze-revision; do not edit)
+set local check_function_bodies = off;
+
+drop function if exists jobs._check_enqueue(function_name text, prefix text, name text, input jsonb, idempotency_key text, queue text, tenant_id text, run_at timestamp with time zone, max_attempts integer, priority integer);
+
+CREATE OR REPLACE FUNCTION jobs._check_enqueue(function_name text, prefix text, name text, input jsonb, idempotency_key text, queue text, tenant_id text, run_at timestamp with time zone, max_attempts integer, priority integer, tenant_required boolean DEFAULT false)
+ RETURNS void
+ LANGUAGE plpgsql
+ STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+begin
+  if _check_enqueue.name is null or btrim(_check_enqueue.name) = '' then
+    perform jobs._invalid(function_name, prefix || 'name', 'must be a non-empty job name');
+  end if;
+  if _check_enqueue.input is null or jsonb_typeof(_check_enqueue.input) <> 'object' then
+    perform jobs._raise(
+      'X_JOB_INPUT_INVALID',
+      format('%s: %sinput must be a JSON object, got %s', function_name, prefix,
+             coalesce(jsonb_typeof(_check_enqueue.input), 'NULL')),
+      jsonb_build_object('function', function_name, 'argument', prefix || 'input',
+                         'job', _check_enqueue.name));
+  end if;
+  if _check_enqueue.idempotency_key is null or btrim(_check_enqueue.idempotency_key) = '' then
+    perform jobs._raise(
+      'X_IDEMPOTENCY_REQUIRED',
+      format('%s: %sidempotency_key is required for job %s', function_name, prefix,
+             _check_enqueue.name),
+      jsonb_build_object('function', function_name, 'argument', prefix || 'idempotency_key',
+                         'job', _check_enqueue.name));
+  end if;
+  if _check_enqueue.queue is null or btrim(_check_enqueue.queue) = '' then
+    perform jobs._invalid(function_name, prefix || 'queue', 'must be a non-empty queue name');
+  end if;
+  if _check_enqueue.tenant_id = '' then
+    perform jobs._invalid(function_name, prefix || 'tenant_id',
+                          'must be NULL (no tenant) or a non-empty tenant id');
+  end if;
+  if not isfinite(_check_enqueue.run_at) then
+    perform jobs._invalid(function_name, prefix || 'run_at', 'must be a finite instant');
+  end if;
+  if _check_enqueue.max_attempts is null or _check_enqueue.max_attempts < 1 then
+    perform jobs._invalid(function_name, prefix || 'max_attempts', 'must be an integer of at least 1');
+  end if;
+  if _check_enqueue.priority is null then
+    perform jobs._invalid(function_name, prefix || 'priority', 'must not be NULL (0 is the default)');
+  end if;
+  if _check_enqueue.tenant_required and _check_enqueue.tenant_id is null then
+    perform jobs._raise(
+      'X_JOB_TENANT_REQUIRED',
+      format('%s: %stenant_id is required: job %s is declared with a tenant', function_name,
+             prefix, _check_enqueue.name),
+      jsonb_build_object('function', function_name, 'argument', prefix || 'tenant_id',
+                         'job', _check_enqueue.name),
+      'pass tenant_id => the tenant this job acts for (see jobs.job_types())');
+  end if;
+end;
+$function$;
+
+CREATE OR REPLACE FUNCTION jobs._publish(staged jobs.outbox_record)
+ RETURNS jobs.enqueue_result
+ LANGUAGE sql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+  select jobs.enqueue(
+    name => staged.request ->> 'name',
+    input => staged.request -> 'input',
+    idempotency_key => staged.request ->> 'idempotency_key',
+    queue => staged.request ->> 'queue',
+    tenant_id => staged.request ->> 'tenant_id',
+    run_at => (staged.request ->> 'run_at')::timestamptz,
+    max_attempts => (staged.request ->> 'max_attempts')::integer,
+    priority => (staged.request ->> 'priority')::integer,
+    id => staged.id,
+    run_id => staged.run_id,
+    on_conflict => 'dedupe',
+    traceparent => staged.request ->> 'traceparent',
+    enqueued_by => staged.request ->> 'enqueued_by')
+$function$;
+
+CREATE OR REPLACE FUNCTION jobs.declare_job(name text, queue text, max_attempts integer, priority integer, tenant_required boolean, declared_by text, retry jsonb DEFAULT '{}'::jsonb, timeout interval DEFAULT NULL::interval, input_schema jsonb DEFAULT '{}'::jsonb, replace boolean DEFAULT false)
+ RETURNS jobs.declare_result
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+declare
+  v_now timestamptz := jobs._now();
+  v_stored jobs.declarations;
+  v_differences jsonb;
+begin
+  if declare_job.name is null or btrim(declare_job.name) = '' then
+    perform jobs._invalid('jobs.declare_job', 'name', 'must be a non-empty job name');
+  end if;
+  if declare_job.queue is null or btrim(declare_job.queue) = '' then
+    perform jobs._invalid('jobs.declare_job', 'queue', 'must be a non-empty queue name');
+  end if;
+  if declare_job.max_attempts is null or declare_job.max_attempts < 1 then
+    perform jobs._invalid('jobs.declare_job', 'max_attempts', 'must be an integer of at least 1');
+  end if;
+  if declare_job.priority is null then
+    perform jobs._invalid('jobs.declare_job', 'priority', 'must not be NULL');
+  end if;
+  if declare_job.tenant_required is null then
+    perform jobs._invalid('jobs.declare_job', 'tenant_required', 'must be true or false');
+  end if;
+  if declare_job.declared_by is null or btrim(declare_job.declared_by) = '' then
+    perform jobs._invalid('jobs.declare_job', 'declared_by',
+                          'must name who declares (a deploy, worker or host)');
+  end if;
+  if declare_job.replace is null then
+    perform jobs._invalid('jobs.declare_job', 'replace', 'must be true or false');
+  end if;
+
+  insert into jobs.declarations as t (
+    name, queue, max_attempts, priority, tenant_required, retry, timeout, input_schema,
+    declared_by, declared_at, seen_at)
+  values (
+    declare_job.name, declare_job.queue, declare_job.max_attempts, declare_job.priority,
+    declare_job.tenant_required, coalesce(declare_job.retry, '{}'), declare_job.timeout,
+    coalesce(declare_job.input_schema, '{}'), declare_job.declared_by, v_now, v_now)
+  on conflict on constraint declarations_pkey do nothing;
+  if found then
+    return (declare_job.name, 'added', null, declare_job.declared_by)::jobs.declare_result;
+  end if;
+
+  select t.*
+    into v_stored
+    from jobs.declarations t
+   where t.name = declare_job.name
+     for update;
+
+  select coalesce(jsonb_object_agg(d.field, jsonb_build_object('stored', d.stored,
+                                                               'declared', d.declared)),
+                  '{}')
+    into v_differences
+    from (values ('queue', to_jsonb(v_stored.queue), to_jsonb(declare_job.queue)),
+                 ('max_attempts', to_jsonb(v_stored.max_attempts),
+                  to_jsonb(declare_job.max_attempts)),
+                 ('priority', to_jsonb(v_stored.priority), to_jsonb(declare_job.priority)),
+                 ('tenant_required', to_jsonb(v_stored.tenant_required),
+                  to_jsonb(declare_job.tenant_required))) as d(field, stored, declared)
+   where d.stored <> d.declared;
+
+  if v_differences = '{}' then
+    update jobs.declarations t
+       set retry = coalesce(declare_job.retry, '{}'),
+           timeout = declare_job.timeout,
+           input_schema = coalesce(declare_job.input_schema, '{}'),
+           seen_at = v_now
+     where t.name = declare_job.name;
+    return (declare_job.name, 'unchanged', null, v_stored.declared_by)::jobs.declare_result;
+  end if;
+
+  if not declare_job.replace then
+    return (declare_job.name, 'conflict', v_differences, v_stored.declared_by)::jobs.declare_result;
+  end if;
+
+  update jobs.declarations t
+     set queue = declare_job.queue,
+         max_attempts = declare_job.max_attempts,
+         priority = declare_job.priority,
+         tenant_required = declare_job.tenant_required,
+         retry = coalesce(declare_job.retry, '{}'),
+         timeout = declare_job.timeout,
+         input_schema = coalesce(declare_job.input_schema, '{}'),
+         declared_by = declare_job.declared_by,
+         declared_at = v_now,
+         seen_at = v_now
+   where t.name = declare_job.name;
+  return (declare_job.name, 'replaced', v_differences, v_stored.declared_by)::jobs.declare_result;
+end;
+$function$;
+
+drop function if exists jobs.enqueue(name text, input jsonb, idempotency_key text, queue text, tenant_id text, run_at timestamp with time zone, max_attempts integer, priority integer, id uuid, run_id uuid, on_conflict text, traceparent text, enqueued_by text);
+
+CREATE OR REPLACE FUNCTION jobs.enqueue(name text, input jsonb, idempotency_key text, queue text DEFAULT NULL::text, tenant_id text DEFAULT NULL::text, run_at timestamp with time zone DEFAULT NULL::timestamp with time zone, max_attempts integer DEFAULT NULL::integer, priority integer DEFAULT NULL::integer, id uuid DEFAULT NULL::uuid, run_id uuid DEFAULT NULL::uuid, on_conflict text DEFAULT 'dedupe'::text, traceparent text DEFAULT NULL::text, enqueued_by text DEFAULT NULL::text)
+ RETURNS jobs.enqueue_result
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+declare
+  v_now timestamptz := jobs._now();
+  v_run_at timestamptz := coalesce(enqueue.run_at, jobs._now());
+  v_id uuid := coalesce(enqueue.id, jobs._uuid_v7());
+  v_result jobs.enqueue_result;
+  v_by_id record;
+  v_declared record;
+  v_queue text;
+  v_max_attempts integer;
+  v_priority integer;
+begin
+  select t.queue, t.max_attempts, t.priority, t.tenant_required
+    into v_declared
+    from jobs.declarations t
+   where t.name = enqueue.name;
+  v_queue := coalesce(enqueue.queue, v_declared.queue, 'default');
+  v_max_attempts := coalesce(enqueue.max_attempts, v_declared.max_attempts, 20);
+  v_priority := coalesce(enqueue.priority, v_declared.priority, 0);
+  perform jobs._check_enqueue('jobs.enqueue', '', enqueue.name, enqueue.input,
+                              enqueue.idempotency_key, v_queue, enqueue.tenant_id,
+                              v_run_at, v_max_attempts, v_priority,
+                              coalesce(v_declared.tenant_required, false));
+  perform jobs._check_on_conflict('jobs.enqueue', enqueue.on_conflict);
+
+  -- two tries at most: the live holder may finish between the conflict and the lookup
+  for v_try in 1..2 loop
+    -- no conflict target: a taken id (primary key) and a live key (partial unique index) both
+    -- insert nothing, and the lookups below tell which
+    insert into jobs.jobs as j (
+      id, name, queue, input, idempotency_key, tenant_id, run_id, state, priority,
+      max_attempts, run_at, created_at, updated_at, traceparent, enqueued_by)
+    values (
+      v_id, enqueue.name, v_queue, enqueue.input,
+      enqueue.idempotency_key, enqueue.tenant_id, coalesce(enqueue.run_id, v_id),
+      case when v_run_at > v_now then 'delayed' else 'ready' end, v_priority,
+      v_max_attempts, v_run_at, v_now, v_now, enqueue.traceparent, enqueue.enqueued_by)
+    on conflict do nothing
+    returning j.id, j.run_id, false
+      into v_result;
+
+    if v_result.id is not null then
+      if v_run_at <= v_now + interval '1 second' then
+        perform jobs._announce(v_queue, v_now);
+      end if;
+      return v_result;
+    end if;
+
+    if enqueue.id is not null then
+      select j.id, j.run_id, j.name, j.tenant_id, j.idempotency_key
+        into v_by_id
+        from jobs.jobs j
+       where j.id = enqueue.id;
+      if found then
+        -- the same job published again (an outbox relay after a crash) answers the row it
+        -- made, live or finished; an id naming a different job is never reused
+        if v_by_id.name <> enqueue.name
+           or coalesce(v_by_id.tenant_id, '') <> coalesce(enqueue.tenant_id, '')
+           or v_by_id.idempotency_key <> enqueue.idempotency_key then
+          perform jobs._raise(
+            'X_JOB_DUPLICATE',
+            format('id %s already names job %s with idempotency key %s; an id is never reused',
+                   enqueue.id, v_by_id.name, v_by_id.idempotency_key),
+            jsonb_build_object('reason', 'id_taken', 'existing_id', enqueue.id,
+                               'job', enqueue.name, 'idempotency_key', enqueue.idempotency_key),
+            'pass a fresh id, or none and one is made');
+        end if;
+        if enqueue.on_conflict = 'error' then
+          perform jobs._raise(
+            'X_JOB_DUPLICATE',
+            format('job %s already exists', enqueue.id),
+            jsonb_build_object('reason', 'id_exists', 'existing_id', enqueue.id,
+                               'job', enqueue.name, 'idempotency_key', enqueue.idempotency_key));
+        end if;
+        return (v_by_id.id, v_by_id.run_id, true)::jobs.enqueue_result;
+      end if;
+    end if;
+
+    v_result := jobs._find_live(enqueue.name, enqueue.tenant_id, enqueue.idempotency_key);
+    if v_result.id is not null then
+      if enqueue.on_conflict = 'error' then
+        perform jobs._raise(
+          'X_JOB_DUPLICATE',
+          format('job %s with idempotency key %s is already held by live job %s',
+                 enqueue.name, enqueue.idempotency_key, v_result.id),
+          jsonb_build_object('reason', 'key_held', 'job', enqueue.name,
+                             'idempotency_key', enqueue.idempotency_key,
+                             'tenant_id', enqueue.tenant_id, 'existing_id', v_result.id));
+      end if;
+      return v_result;
+    end if;
+  end loop;
+
+  perform jobs._raise(
+    'X_DRIVER_UNAVAILABLE',
+    format('enqueue of %s was rejected but no live row holds its idempotency key', enqueue.name),
+    jsonb_build_object('job', enqueue.name, 'idempotency_key', enqueue.idempotency_key));
+  return null;
+end;
+$function$;
+
+CREATE OR REPLACE FUNCTION jobs.enqueue_many(requests jsonb, on_conflict text DEFAULT 'dedupe'::text)
+ RETURNS SETOF jobs.enqueue_result
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+declare
+  v_now timestamptz := jobs._now();
+  v_requests jobs._enqueue_request[];
+  v_pending jobs._enqueue_request[];
+  -- the answers so far, as parallel arrays (request ordinal, id, run_id, deduped)
+  v_answered integer[] := '{}';
+  v_answer_ids uuid[] := '{}';
+  v_answer_run_ids uuid[] := '{}';
+  v_answer_deduped boolean[] := '{}';
+  v_inserted uuid[];
+  v_request jobs._enqueue_request;
+  v_bad_key text;
+  v_bad_ord integer;
+  v_new_ids uuid[];
+  v_duplicate record;
+  v_queue text;
+begin
+  perform jobs._check_on_conflict('jobs.enqueue_many', enqueue_many.on_conflict);
+  if requests is null or jsonb_typeof(requests) <> 'array' then
+    perform jobs._invalid('jobs.enqueue_many', 'requests', 'must be a JSON array of job objects');
+  end if;
+  perform jobs._check_request_shapes(requests);
+
+  v_new_ids := jobs._uuid_v7_many(jsonb_array_length(requests));
+  begin
+  -- one typed pass over the array (jsonb_to_recordset): a field lookup and a cast per field
+  -- and request cost more than the insert
+  select coalesce(array_agg(parsed.r order by (parsed.r).ord), '{}')
+    into v_requests
+    from (
+      select (x.ord::integer,
+              coalesce(x.id, v_new_ids[x.ord]),
+              x.id is not null,
+              x.name,
+              coalesce(x.queue, t.queue, 'default'),
+              -- a JSON null input stays jsonb 'null' (the recordset makes it SQL NULL), so the
+              -- refusal says "got null", as jobs.enqueue's does
+              coalesce(x.input,
+                       case when requests -> (x.ord::integer - 1) ? 'input' then 'null'::jsonb end),
+              x.idempotency_key,
+              x.tenant_id,
+              coalesce(x.run_id, x.id, v_new_ids[x.ord]),
+              coalesce(x.run_at, v_now),
+              coalesce(x.max_attempts, t.max_attempts, 20),
+              coalesce(x.priority, t.priority, 0),
+              x.traceparent,
+              x.enqueued_by,
+              coalesce(t.tenant_required, false))::jobs._enqueue_request as r
+        from rows from (
+               jsonb_to_recordset(requests) as (
+                 id uuid, name text, queue text, input jsonb, idempotency_key text,
+                 tenant_id text, run_id uuid, run_at timestamptz, max_attempts integer,
+                 priority integer, traceparent text, enqueued_by text)
+             ) with ordinality as x(id, name, queue, input, idempotency_key, tenant_id, run_id,
+                                    run_at, max_attempts, priority, traceparent, enqueued_by,
+                                    ord)
+        left join jobs.declarations t on t.name = x.name
+    ) parsed;
+  exception
+    when invalid_text_representation or invalid_datetime_format or datetime_field_overflow
+         or numeric_value_out_of_range or invalid_parameter_value then
+      perform jobs._invalid('jobs.enqueue_many', 'requests',
+                            'holds a value of the wrong type: ' || sqlerrm);
+  end;
+
+  select format('requests[%s].id', later.ord)
+    into v_bad_key
+    from unnest(v_requests) later
+    join unnest(v_requests) earlier
+      on earlier.id = later.id and earlier.ord < later.ord and later.id_supplied
+   order by later.ord
+   limit 1;
+  if v_bad_key is not null then
+    perform jobs._invalid('jobs.enqueue_many', v_bad_key, 'repeats the id of an earlier request');
+  end if;
+
+  -- one pass finds the first request that jobs._check_enqueue would refuse (the same tests, kept
+  -- in step with it); only that request is checked by it, which raises the error naming it. A
+  -- call per request cost more than the request's insert.
+  select r.ord
+    into v_bad_ord
+    from unnest(v_requests) r
+   where r.name is null or btrim(r.name) = ''
+      or r.input is null or jsonb_typeof(r.input) <> 'object'
+      or r.idempotency_key is null or btrim(r.idempotency_key) = ''
+      or r.queue is null or btrim(r.queue) = ''
+      or r.tenant_id = ''
+      or not isfinite(r.run_at)
+      or r.max_attempts is null or r.max_attempts < 1
+      or r.priority is null
+      or (r.tenant_required and r.tenant_id is null)
+   order by r.ord
+   limit 1;
+  if v_bad_ord is not null then
+    v_request := v_requests[v_bad_ord];
+    perform jobs._check_enqueue('jobs.enqueue_many', format('requests[%s].', v_request.ord),
+                                v_request.name, v_request.input, v_request.idempotency_key,
+                                v_request.queue, v_request.tenant_id, v_request.run_at,
+                                v_request.max_attempts, v_request.priority,
+                                v_request.tenant_required);
+  end if;
+
+  v_pending := v_requests;
+  -- two passes at most, as in jobs.enqueue: a live holder may finish between conflict and lookup
+  for v_try in 1..2 loop
+    with inserted as (
+      insert into jobs.jobs as j (
+        id, name, queue, input, idempotency_key, tenant_id, run_id, state, priority,
+        max_attempts, run_at, created_at, updated_at, traceparent, enqueued_by)
+      select r.id, r.name, r.queue, r.input, r.idempotency_key, r.tenant_id, r.run_id,
+             case when r.run_at > v_now then 'delayed' else 'ready' end, r.priority,
+             r.max_attempts, r.run_at, v_now, v_now, r.traceparent, r.enqueued_by
+        from unnest(v_pending) r
+       order by r.ord
+      on conflict do nothing
+      returning j.id
+    )
+    select coalesce(array_agg(inserted.id), '{}')
+      into v_inserted
+      from inserted;
+
+    -- every request made its own row (the usual batch): nothing was deduped, so no id was
+    -- taken and no key held, and each request answers its row
+    if v_try = 1 and cardinality(v_inserted) = cardinality(v_requests) then
+      for v_queue in
+        select distinct r.queue
+          from unnest(v_requests) r
+         where r.run_at <= v_now + interval '1 second'
+      loop
+        perform jobs._announce(v_queue, v_now);
+      end loop;
+      return query
+        select r.id, r.run_id, false
+          from unnest(v_requests) r
+         order by r.ord;
+      return;
+    end if;
+
+    -- a new statement, so the lookups see this batch's rows: a key repeated in the batch
+    -- dedupes to its first occurrence
+    with answered as (
+      select r.ord,
+             case
+               when ins.id is not null then (r.id, r.run_id, false)::jobs.enqueue_result
+               when by_id.id is not null then (by_id.id, by_id.run_id, true)::jobs.enqueue_result
+               when live.id is not null then (live.id, live.run_id, true)::jobs.enqueue_result
+             end as answer
+        from unnest(v_pending) r
+        left join unnest(v_inserted) as ins(id) on ins.id = r.id
+        -- a probe of the primary key per request that needs one: as a plain join the planner
+        -- hashes a scan of the whole table, even on fresh statistics
+        left join lateral (
+          select b.id, b.run_id
+            from jobs.jobs b
+           where r.id_supplied
+             and ins.id is null
+             and b.id = r.id
+          offset 0
+        ) by_id on true
+        -- the live holder, as jobs._find_live finds it, in the statement rather than a call
+        -- per request: the calls cost more than a batch's insert
+        left join lateral (
+          select j.id, j.run_id
+            from jobs.jobs j
+           where ins.id is null
+             and by_id.id is null
+             and j.name = r.name
+             and coalesce(j.tenant_id, '') = coalesce(r.tenant_id, '')
+             and j.idempotency_key = r.idempotency_key
+             and j.state in ('ready', 'delayed', 'running', 'suspended')
+           limit 1
+        ) live on true
+    ),
+    found_answers as (
+      select a.ord, (a.answer).id, (a.answer).run_id, (a.answer).deduped
+        from answered a
+       where (a.answer).id is not null
+    )
+    select v_answered || coalesce(array_agg(f.ord order by f.ord), '{}'),
+           v_answer_ids || coalesce(array_agg(f.id order by f.ord), '{}'),
+           v_answer_run_ids || coalesce(array_agg(f.run_id order by f.ord), '{}'),
+           v_answer_deduped || coalesce(array_agg(f.deduped order by f.ord), '{}')
+      into v_answered, v_answer_ids, v_answer_run_ids, v_answer_deduped
+      from found_answers f;
+
+    select coalesce(array_agg((r.*)::jobs._enqueue_request order by r.ord), '{}')
+      into v_pending
+      from unnest(v_pending) r
+      left join unnest(v_answered) as done(ord) on done.ord = r.ord
+     where done.ord is null;
+    exit when cardinality(v_pending) = 0;
+  end loop;
+
+  -- after the inserts, so an id another transaction took meanwhile is caught too: a supplied
+  -- id answers only the same job (name, tenant, key), never a stranger
+  select r.ord, r.id, j.name, j.idempotency_key
+    into v_duplicate
+    from unnest(v_requests) r
+    -- by primary key, as above
+    cross join lateral (
+      select b.name, b.tenant_id, b.idempotency_key
+        from jobs.jobs b
+       where r.id_supplied
+         and b.id = r.id
+      offset 0
+    ) j
+   where j.name <> r.name
+      or coalesce(j.tenant_id, '') <> coalesce(r.tenant_id, '')
+      or j.idempotency_key <> r.idempotency_key
+   order by r.ord
+   limit 1;
+  if found then
+    perform jobs._raise(
+      'X_JOB_DUPLICATE',
+      format('requests[%s]: id %s already names job %s with idempotency key %s; an id is never '
+             'reused', v_duplicate.ord, v_duplicate.id, v_duplicate.name,
+             v_duplicate.idempotency_key),
+      jsonb_build_object('reason', 'id_taken', 'existing_id', v_duplicate.id,
+                         'request', v_duplicate.ord),
+      'pass a fresh id, or none and one is made');
+  end if;
+
+  if cardinality(v_pending) > 0 then
+    perform jobs._raise(
+      'X_DRIVER_UNAVAILABLE',
+      format('enqueue of %s was rejected but no live row holds its idempotency key',
+             v_pending[1].name),
+      jsonb_build_object('job', v_pending[1].name, 'idempotency_key', v_pending[1].idempotency_key));
+  end if;
+
+  if enqueue_many.on_conflict = 'error' then
+    select r.ord, r.name, r.idempotency_key, r.tenant_id, a.id, r.id_supplied,
+           earlier.ord as earlier_ord
+      into v_duplicate
+      from unnest(v_answered, v_answer_ids, v_answer_deduped) as a(ord, id, deduped)
+      join unnest(v_requests) r on r.ord = a.ord
+      left join unnest(v_requests) earlier on earlier.id = a.id and earlier.ord < r.ord
+     where a.deduped
+     order by r.ord
+     limit 1;
+    if found and v_duplicate.earlier_ord is not null then
+      -- the holder is a row of this very batch, rolled back with it: name the request instead
+      perform jobs._raise(
+        'X_JOB_DUPLICATE',
+        format('requests[%s]: job %s repeats the idempotency key %s of requests[%s]',
+               v_duplicate.ord, v_duplicate.name, v_duplicate.idempotency_key,
+               v_duplicate.earlier_ord),
+        jsonb_build_object('reason', 'key_repeated', 'job', v_duplicate.name,
+                           'idempotency_key', v_duplicate.idempotency_key,
+                           'request', v_duplicate.ord, 'earlier_request', v_duplicate.earlier_ord));
+    elsif found then
+      perform jobs._raise(
+        'X_JOB_DUPLICATE',
+        format('requests[%s]: job %s with idempotency key %s is already held by job %s',
+               v_duplicate.ord, v_duplicate.name, v_duplicate.idempotency_key,
+               v_duplicate.id),
+        jsonb_build_object('reason', case when v_duplicate.id_supplied
+                                          and v_duplicate.id = (v_requests[v_duplicate.ord]).id
+                                          then 'id_exists' else 'key_held' end,
+                           'job', v_duplicate.name, 'idempotency_key', v_duplicate.idempotency_key,
+                           'tenant_id', v_duplicate.tenant_id,
+                           'existing_id', v_duplicate.id, 'request', v_duplicate.ord));
+    end if;
+  end if;
+
+  -- one wake per queue that received a row due now
+  for v_queue in
+    select distinct r.queue
+      from unnest(v_answered, v_answer_deduped) as a(ord, deduped)
+      join unnest(v_requests) r on r.ord = a.ord
+     where not a.deduped
+       and r.run_at <= v_now + interval '1 second'
+  loop
+    perform jobs._announce(v_queue, v_now);
+  end loop;
+
+  return query
+    select a.id, a.run_id, a.deduped
+      from unnest(v_answered, v_answer_ids, v_answer_run_ids, v_answer_deduped)
+             as a(ord, id, run_id, deduped)
+     order by a.ord;
+end;
+$function$;
+
+CREATE OR REPLACE FUNCTION jobs.forget_job_type(name text)
+ RETURNS boolean
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+begin
+  delete from jobs.declarations t where t.name = forget_job_type.name;
+  return found;
+end;
+$function$;
+
+CREATE OR REPLACE FUNCTION jobs.job_types()
+ RETURNS SETOF jobs.job_type
+ LANGUAGE sql
+ STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+  select t.name, t.queue, t.max_attempts, t.priority, t.tenant_required, t.retry, t.timeout,
+         t.input_schema, t.declared_by, t.declared_at, t.seen_at
+    from jobs.declarations t
+   order by t.name collate "C"
+$function$;
+
+drop function if exists jobs.outbox_stage(name text, input jsonb, idempotency_key text, queue text, tenant_id text, run_at timestamp with time zone, max_attempts integer, priority integer, run_id uuid, traceparent text, enqueued_by text);
+
+CREATE OR REPLACE FUNCTION jobs.outbox_stage(name text, input jsonb, idempotency_key text, queue text DEFAULT NULL::text, tenant_id text DEFAULT NULL::text, run_at timestamp with time zone DEFAULT NULL::timestamp with time zone, max_attempts integer DEFAULT NULL::integer, priority integer DEFAULT NULL::integer, run_id uuid DEFAULT NULL::uuid, traceparent text DEFAULT NULL::text, enqueued_by text DEFAULT NULL::text)
+ RETURNS jobs.enqueue_result
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+declare
+  v_now timestamptz := jobs._now();
+  v_id uuid := jobs._uuid_v7();
+  v_run_id uuid := coalesce(outbox_stage.run_id, v_id);
+  v_declared record;
+begin
+  select t.queue, t.max_attempts, t.priority, t.tenant_required
+    into v_declared
+    from jobs.declarations t
+   where t.name = outbox_stage.name;
+  perform jobs._check_enqueue('jobs.outbox_stage', '', outbox_stage.name, outbox_stage.input,
+                              outbox_stage.idempotency_key,
+                              coalesce(outbox_stage.queue, v_declared.queue, 'default'),
+                              outbox_stage.tenant_id, coalesce(outbox_stage.run_at, v_now),
+                              coalesce(outbox_stage.max_attempts, v_declared.max_attempts, 20),
+                              coalesce(outbox_stage.priority, v_declared.priority, 0),
+                              coalesce(v_declared.tenant_required, false));
+
+  -- silent while a committed row waits unclaimed: its relay is already on the way. In the
+  -- unpublished index's order, so the test reads waiting rows only: as an exists, the planner
+  -- scans the table, published history first
+  if (select 1
+        from jobs.outbox o
+       where o.published_at is null
+         and o.claimed_by is null
+       order by o.staged_at, o.seq
+       limit 1) is null then
+    perform pg_notify('jobs_outbox_wake', '');
+  end if;
+
+  insert into jobs.outbox as o (id, run_id, staged_at, request)
+  values (
+    v_id, v_run_id, v_now,
+    -- absent options drop out; the input is kept exactly, nulls inside it included
+    jsonb_strip_nulls(jsonb_build_object(
+      'name', outbox_stage.name,
+      'idempotency_key', outbox_stage.idempotency_key,
+      'queue', outbox_stage.queue,
+      'tenant_id', outbox_stage.tenant_id,
+      'run_at', outbox_stage.run_at,
+      'max_attempts', outbox_stage.max_attempts,
+      'priority', outbox_stage.priority,
+      'traceparent', outbox_stage.traceparent,
+      'enqueued_by', outbox_stage.enqueued_by))
+      || jsonb_build_object('input', outbox_stage.input));
+  return (v_id, v_run_id, false)::jobs.enqueue_result;
+end;
+$function$;
+
+CREATE OR REPLACE FUNCTION jobs.version()
+ RETURNS integer
+ LANGUAGE sql
+ STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+  select 2
+$function$;
+
+create table jobs.alembic_version (
+  version_num varchar(32) not null,
+  constraint alembic_version_pkc primary key (version_num)
+);
+insert into jobs.alembic_version values ('0002');
+
+commit;
