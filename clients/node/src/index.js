@@ -962,8 +962,8 @@ class StepBook {
  *
  * - returned: `ack_v1`;
  * - threw: `nack_v1` to 'ready' with the backoff delay and the error's text, code (an `X_*`
- *   `.code`) and stack; on the final attempt the SQL turns that into 'dead'. A terminal code
- *   (`TERMINAL_CODES`) is nacked 'dead' at once;
+ *   `.code`) and stack; on the final attempt, or for a terminal code (`TERMINAL_CODES`), to
+ *   'dead' with the verdict appended to the text, exactly as the Python worker writes it;
  * - no handler for the name: parked, `next_state => 'suspended'`, 30 s, uncounted;
  * - lease lost or cancelled (the heartbeat's answer, or X_JOB_LEASE_LOST / X_JOB_CANCELLED from
  *   a step write): the signal aborts and nothing is settled: the row is someone else's;
@@ -1434,18 +1434,25 @@ export class Worker {
       this.log('error', 'jobs.attempt.failed', { job: job.name, id: job.id, attempt: job.attempt, code, stop: 'terminal', error: text });
       return landed ? 'dead-lettered' : 'unowned';
     }
+    if (job.attempt >= job.maxAttempts) {
+      // the final attempt dead-letters as the Python worker does: the same state and last_error
+      const verdict = `X_JOB_MAX_ATTEMPTS: ${job.attempt} of ${job.maxAttempts} attempts spent`;
+      const landed = await this.settle(held, (db) => nack(db, job, {
+        nextState: 'dead', error: `${text} [dead-lettered: ${verdict}]`, errorCode: code, errorStack: stack,
+      }));
+      this.log('error', 'jobs.attempt.failed', {
+        job: job.name, id: job.id, attempt: job.attempt, code, stop: 'attempts-exhausted', error: text,
+      });
+      return landed ? 'dead-lettered' : 'unowned';
+    }
     const delayMs = Math.max(0, Math.round(this.backoff(job.attempt, error)));
-    // a counted 'ready' on the final attempt ends 'dead': the SQL holds the budget
     const landed = await this.settle(held, (db) => nack(db, job, {
       nextState: 'ready', delayMs, error: text, errorCode: code, errorStack: stack,
     }));
-    const final = job.attempt >= job.maxAttempts;
-    this.log(final ? 'error' : 'warn', 'jobs.attempt.failed', {
-      job: job.name, id: job.id, attempt: job.attempt, code, error: text,
-      ...(final ? { stop: 'attempts-exhausted' } : { retry_in_ms: delayMs }),
+    this.log('warn', 'jobs.attempt.failed', {
+      job: job.name, id: job.id, attempt: job.attempt, code, error: text, retry_in_ms: delayMs,
     });
-    if (!landed) return 'unowned';
-    return final ? 'dead-lettered' : 'retried';
+    return landed ? 'retried' : 'unowned';
   }
 }
 
