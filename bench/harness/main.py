@@ -74,7 +74,7 @@ def measure_system(system: System, plan: Plan) -> dict[str, Any]:
     name = system.name
 
     def wanted(key: str) -> bool:
-        return key not in plan.skip
+        return key not in plan.skip and system.takes(key)
 
     if wanted("enqueue"):
         results["enqueue_single"] = _repeat(

@@ -20,6 +20,11 @@ class System:
     # the schema (or table name prefix) whose tables and indexes the health check sizes
     schema: str
     table_like: str = "%"
+    # the measurements it takes part in (None: every one)
+    measures: frozenset[str] | None = None
+
+    def takes(self, measure: str) -> bool:
+        return self.measures is None or measure in self.measures
 
 
 def _python(script: str) -> tuple[str, ...]:
@@ -32,6 +37,14 @@ SYSTEMS: dict[str, System] = {
         _python("durajobs_system.py"),
         "select count(*) from jobs.jobs where state in ('ready', 'delayed', 'running')",
         "jobs",
+    ),
+    # the least a Python loop on durajobs' own functions costs: what the Worker is held against
+    "durajobs-floor": System(
+        "durajobs-floor",
+        _python("durajobs_floor_system.py"),
+        "select count(*) from jobs.jobs where state in ('ready', 'delayed', 'running')",
+        "jobs",
+        measures=frozenset({"burn"}),
     ),
     "pgqueuer": System(
         "pgqueuer",
