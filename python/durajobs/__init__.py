@@ -30,6 +30,7 @@ from durajobs._values.states import (
     StepStatus,
 )
 from durajobs.client import Client
+from durajobs.declare.limits import Concurrency
 from durajobs.declare.registry import Job, Registry, Settled
 from durajobs.declare.retry import ErrorClass, RetryPolicy, register_error_class
 from durajobs.errors import (
@@ -76,6 +77,7 @@ __all__ = [
     "ClaimQueuesEmpty",
     "ClaimedJob",
     "Client",
+    "Concurrency",
     "ConfigInvalid",
     "DatabaseUrlMissing",
     "DeclarationInvalid",

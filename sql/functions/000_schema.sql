@@ -37,6 +37,11 @@ create table jobs.jobs (
   progress jsonb,
   traceparent text,
   enqueued_by text,
+  -- a limit the claim enforces: the run's key under a keyed concurrency declaration, and whether
+  -- the job's name is capped at all (kept in step with jobs.declarations by jobs.declare_job),
+  -- so capped rows wait apart and an uncapped claim never reads them
+  concurrency_key text,
+  capped boolean not null default false,
   constraint jobs_attempt_check check (attempt >= 0),
   constraint jobs_max_attempts_check check (max_attempts >= 1),
   constraint jobs_input_object_check check (jsonb_typeof(input) = 'object')
@@ -48,10 +53,17 @@ create unique index jobs_name_tenant_idempotency_live_idx
   on jobs.jobs (name, (coalesce(tenant_id, '')), idempotency_key)
   where state in ('ready', 'delayed', 'running', 'suspended');
 
--- the claim reads only waiting rows, in hand-out order; finished rows are not in this index
+-- the claim reads only waiting rows, in hand-out order; finished rows are not in this index.
+-- capped second: the rows of capped jobs are read apart, so a backlog of them held back by a
+-- limit is never walked past to reach the uncapped rows behind it
 create index jobs_claim_idx
-  on jobs.jobs (queue, priority, run_at, id)
+  on jobs.jobs (queue, capped, priority, run_at, id)
   where state in ('ready', 'delayed', 'suspended');
+
+-- the running rows of capped jobs, by name and key: what the claim counts against a limit
+create index jobs_capped_running_idx
+  on jobs.jobs (name, concurrency_key)
+  where state = 'running' and capped;
 
 -- lapsed leases: a dead worker's rows are found without scanning the waiting ones
 create index jobs_lease_idx

@@ -1,10 +1,13 @@
 -- 015_job_types: the job catalogue, what each deploy declared about a job name, so an enqueue
 -- from psql, Go or Node gets the declared queue, attempts and priority, and a tenant-scoped job
--- refuses a call without a tenant, exactly as the Python call does.
+-- refuses a call without a tenant, exactly as the Python call does; and its concurrency limit,
+-- which the claim enforces for every client.
 --
--- Tables: jobs.declarations (one row per declared name; read by jobs.enqueue, jobs.enqueue_many and
--- the publish of an outbox row, written by jobs.declare_job). A name with no row enqueues with
--- the built-in defaults. Locks: jobs.declare_job takes the name's row (or its insert slot).
+-- Tables: jobs.declarations (one row per declared name; read by jobs.enqueue, jobs.enqueue_many,
+-- the publish of an outbox row and the claim, written by jobs.declare_job), jobs.jobs (its
+-- capped flag, kept in step with the declarations). A name with no row enqueues with the
+-- built-in defaults and no limit. Locks: jobs.declare_job takes the name's row (or its insert
+-- slot), then its live job rows when its capped flag changes.
 
 create table jobs.declarations (
   name text primary key,
@@ -20,7 +23,11 @@ create table jobs.declarations (
   declared_at timestamptz not null,
   -- the last time a deploy declared this name the same way (a name no deploy has declared for a
   -- while may be gone from the code)
-  seen_at timestamptz not null
+  seen_at timestamptz not null,
+  -- at most this many of its attempts running across the fleet, per concurrency_key when keyed
+  concurrency integer check (concurrency >= 1),
+  concurrency_keyed boolean not null default false,
+  check (concurrency is not null or not concurrency_keyed)
 );
 
 create type jobs.job_type as (
@@ -34,7 +41,9 @@ create type jobs.job_type as (
   input_schema jsonb,
   declared_by text,
   declared_at timestamptz,
-  seen_at timestamptz
+  seen_at timestamptz,
+  concurrency integer,
+  concurrency_keyed boolean
 );
 
 create type jobs.declare_result as (
@@ -46,15 +55,33 @@ create type jobs.declare_result as (
   stored_by text
 );
 
+-- jobs._sync_capped: make the live rows of job `name` capped or not, as its declaration now
+-- says, so the claim reads each with the right rule. Locks: those of its live rows that change.
+create function jobs._sync_capped(name text, capped boolean)
+returns void
+language sql
+volatile
+set search_path = pg_catalog, pg_temp
+as $$
+  update jobs.jobs j
+     set capped = _sync_capped.capped
+   where j.name = _sync_capped.name
+     and j.state in ('ready', 'delayed', 'running', 'suspended')
+     and j.capped <> _sync_capped.capped
+$$;
+
 -- jobs.declare_job: record what a deploy declares about job `name`.
--- Arguments: name, queue, max_attempts, priority, tenant_required (the enforced fields), retry,
--- timeout and input_schema (shown only), declared_by (who declares: a deploy, worker or host
--- label), replace (the operator's word that this declaration wins over a different stored one).
+-- Arguments: name, queue, max_attempts, priority, tenant_required, concurrency (at most this
+-- many attempts running across the fleet; NULL: no limit) and concurrency_keyed (the limit is
+-- per concurrency_key, which every enqueue of the job must then give): the enforced fields;
+-- retry, timeout and input_schema (shown only); declared_by (who declares: a deploy, worker or
+-- host label); replace (the operator's word that this declaration wins over a different one).
 -- Answers (name, outcome, differences, stored_by). A declaration equal in its enforced fields
 -- refreshes the shown ones and seen_at ('unchanged'); one that differs is kept out ('conflict')
 -- unless replace => true ('replaced'): during a rolling deploy the old and the new code both
 -- declare, and which one SQL callers follow is the operator's choice, not the last to start.
--- Raises X_ARGUMENT_INVALID. Locks: the name's row.
+-- A limit that starts or stops applying marks the name's live rows (jobs._sync_capped).
+-- Raises X_ARGUMENT_INVALID. Locks: the name's row, then its live rows when the limit changes.
 create function jobs.declare_job(
   name text,
   queue text,
@@ -65,7 +92,9 @@ create function jobs.declare_job(
   retry jsonb default '{}',
   timeout interval default null,
   input_schema jsonb default '{}',
-  replace boolean default false
+  replace boolean default false,
+  concurrency integer default null,
+  concurrency_keyed boolean default false
 )
 returns jobs.declare_result
 language plpgsql
@@ -99,16 +128,28 @@ begin
   if declare_job.replace is null then
     perform jobs._invalid('jobs.declare_job', 'replace', 'must be true or false');
   end if;
+  if declare_job.concurrency < 1 then
+    perform jobs._invalid('jobs.declare_job', 'concurrency',
+                          'must be NULL (no limit) or an integer of at least 1');
+  end if;
+  if declare_job.concurrency_keyed is null
+     or (declare_job.concurrency_keyed and declare_job.concurrency is null) then
+    perform jobs._invalid('jobs.declare_job', 'concurrency_keyed',
+                          'must be true or false, and true only with a concurrency');
+  end if;
 
   insert into jobs.declarations as t (
     name, queue, max_attempts, priority, tenant_required, retry, timeout, input_schema,
-    declared_by, declared_at, seen_at)
+    declared_by, declared_at, seen_at, concurrency, concurrency_keyed)
   values (
     declare_job.name, declare_job.queue, declare_job.max_attempts, declare_job.priority,
     declare_job.tenant_required, coalesce(declare_job.retry, '{}'), declare_job.timeout,
-    coalesce(declare_job.input_schema, '{}'), declare_job.declared_by, v_now, v_now)
+    coalesce(declare_job.input_schema, '{}'), declare_job.declared_by, v_now, v_now,
+    declare_job.concurrency, declare_job.concurrency_keyed)
   on conflict on constraint declarations_pkey do nothing;
   if found then
+    -- rows enqueued before any declaration were not capped
+    perform jobs._sync_capped(declare_job.name, declare_job.concurrency is not null);
     return (declare_job.name, 'added', null, declare_job.declared_by)::jobs.declare_result;
   end if;
 
@@ -127,8 +168,11 @@ begin
                   to_jsonb(declare_job.max_attempts)),
                  ('priority', to_jsonb(v_stored.priority), to_jsonb(declare_job.priority)),
                  ('tenant_required', to_jsonb(v_stored.tenant_required),
-                  to_jsonb(declare_job.tenant_required))) as d(field, stored, declared)
-   where d.stored <> d.declared;
+                  to_jsonb(declare_job.tenant_required)),
+                 ('concurrency', to_jsonb(v_stored.concurrency), to_jsonb(declare_job.concurrency)),
+                 ('concurrency_keyed', to_jsonb(v_stored.concurrency_keyed),
+                  to_jsonb(declare_job.concurrency_keyed))) as d(field, stored, declared)
+   where d.stored is distinct from d.declared;
 
   if v_differences = '{}' then
     update jobs.declarations t
@@ -154,8 +198,11 @@ begin
          input_schema = coalesce(declare_job.input_schema, '{}'),
          declared_by = declare_job.declared_by,
          declared_at = v_now,
-         seen_at = v_now
+         seen_at = v_now,
+         concurrency = declare_job.concurrency,
+         concurrency_keyed = declare_job.concurrency_keyed
    where t.name = declare_job.name;
+  perform jobs._sync_capped(declare_job.name, declare_job.concurrency is not null);
   return (declare_job.name, 'replaced', v_differences, v_stored.declared_by)::jobs.declare_result;
 end;
 $$;
@@ -169,14 +216,15 @@ stable
 set search_path = pg_catalog, pg_temp
 as $$
   select t.name, t.queue, t.max_attempts, t.priority, t.tenant_required, t.retry, t.timeout,
-         t.input_schema, t.declared_by, t.declared_at, t.seen_at
+         t.input_schema, t.declared_by, t.declared_at, t.seen_at, t.concurrency,
+         t.concurrency_keyed
     from jobs.declarations t
    order by t.name collate "C"
 $$;
 
 -- jobs.forget_job_type: remove a name no deploy declares any more from the catalogue; its jobs
--- are untouched and later enqueues of it take the built-in defaults. Answers whether a row went.
--- Raises nothing. Locks: the name's row.
+-- stay (no longer capped) and later enqueues of it take the built-in defaults. Answers whether
+-- a row went. Raises nothing. Locks: the name's row, then its live rows if it was capped.
 create function jobs.forget_job_type(name text)
 returns boolean
 language plpgsql
@@ -185,6 +233,10 @@ set search_path = pg_catalog, pg_temp
 as $$
 begin
   delete from jobs.declarations t where t.name = forget_job_type.name;
-  return found;
+  if not found then
+    return false;
+  end if;
+  perform jobs._sync_capped(forget_job_type.name, false);
+  return true;
 end;
 $$;

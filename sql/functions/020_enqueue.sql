@@ -30,13 +30,17 @@ create type jobs._enqueue_request as (
   priority integer,
   traceparent text,
   enqueued_by text,
-  tenant_required boolean
+  tenant_required boolean,
+  concurrency_key text,
+  capped boolean,
+  concurrency_keyed boolean
 );
 
 -- jobs._check_enqueue: refuse a request a caller could not have meant.
 -- Arguments: the calling function's name, a prefix naming the request (e.g. 'requests[3].'), and
--- the request's fields, and whether the job's declaration requires a tenant. Raises
--- X_ARGUMENT_INVALID, X_JOB_INPUT_INVALID, X_IDEMPOTENCY_REQUIRED, X_JOB_TENANT_REQUIRED.
+-- the request's fields, whether the job's declaration requires a tenant, and whether it limits
+-- concurrency per key (then the key is required). Raises X_ARGUMENT_INVALID,
+-- X_JOB_INPUT_INVALID, X_IDEMPOTENCY_REQUIRED, X_JOB_TENANT_REQUIRED.
 -- Locks nothing. jobs.enqueue_many finds the first request to refuse with the same tests: change
 -- both together.
 create function jobs._check_enqueue(
@@ -50,7 +54,9 @@ create function jobs._check_enqueue(
   run_at timestamptz,
   max_attempts integer,
   priority integer,
-  tenant_required boolean default false
+  tenant_required boolean default false,
+  concurrency_key text default null,
+  concurrency_keyed boolean default false
 )
 returns void
 language plpgsql
@@ -101,6 +107,15 @@ begin
       jsonb_build_object('function', function_name, 'argument', prefix || 'tenant_id',
                          'job', _check_enqueue.name),
       'pass tenant_id => the tenant this job acts for (see jobs.job_types())');
+  end if;
+  if btrim(_check_enqueue.concurrency_key) = '' or length(_check_enqueue.concurrency_key) > 200 then
+    perform jobs._invalid(function_name, prefix || 'concurrency_key',
+                          'must be NULL or a non-empty text of at most 200 characters');
+  end if;
+  if _check_enqueue.concurrency_keyed and _check_enqueue.concurrency_key is null then
+    perform jobs._invalid(function_name, prefix || 'concurrency_key',
+                          format('is required: job %s limits its concurrency per key',
+                                 _check_enqueue.name));
   end if;
 end;
 $$;
@@ -197,7 +212,8 @@ $$;
 -- priority (lower runs first), each left NULL taking the name's declaration in jobs.declarations,
 -- else 'default', 20 and 0; tenant_id (required when the declaration says so), run_at (now), id
 -- (the job's id, e.g. an outbox row's), run_id (keeps a resumed run's step history),
--- on_conflict ('dedupe' or 'error'), traceparent, enqueued_by.
+-- on_conflict ('dedupe' or 'error'), traceparent, enqueued_by, concurrency_key (the run's key
+-- under a declaration that limits concurrency per key: required there, at most 200 characters).
 -- Answers (id, run_id, deduped): the new job's ids, or with deduped = true the ids of the live job
 -- holding (name, tenant_id, idempotency_key), or of the row that already has the given id, live
 -- or finished. A run_at more than now makes the row 'delayed', else 'ready'.
@@ -222,7 +238,8 @@ create function jobs.enqueue(
   run_id uuid default null,
   on_conflict text default 'dedupe',
   traceparent text default null,
-  enqueued_by text default null
+  enqueued_by text default null,
+  concurrency_key text default null
 )
 returns jobs.enqueue_result
 language plpgsql
@@ -240,7 +257,8 @@ declare
   v_max_attempts integer;
   v_priority integer;
 begin
-  select t.queue, t.max_attempts, t.priority, t.tenant_required
+  select t.queue, t.max_attempts, t.priority, t.tenant_required, t.concurrency,
+         t.concurrency_keyed
     into v_declared
     from jobs.declarations t
    where t.name = enqueue.name;
@@ -250,7 +268,9 @@ begin
   perform jobs._check_enqueue('jobs.enqueue', '', enqueue.name, enqueue.input,
                               enqueue.idempotency_key, v_queue, enqueue.tenant_id,
                               v_run_at, v_max_attempts, v_priority,
-                              coalesce(v_declared.tenant_required, false));
+                              coalesce(v_declared.tenant_required, false),
+                              enqueue.concurrency_key,
+                              coalesce(v_declared.concurrency_keyed, false));
   perform jobs._check_on_conflict('jobs.enqueue', enqueue.on_conflict);
 
   -- two tries at most: the live holder may finish between the conflict and the lookup
@@ -259,12 +279,14 @@ begin
     -- insert nothing, and the lookups below tell which
     insert into jobs.jobs as j (
       id, name, queue, input, idempotency_key, tenant_id, run_id, state, priority,
-      max_attempts, run_at, created_at, updated_at, traceparent, enqueued_by)
+      max_attempts, run_at, created_at, updated_at, traceparent, enqueued_by, concurrency_key,
+      capped)
     values (
       v_id, enqueue.name, v_queue, enqueue.input,
       enqueue.idempotency_key, enqueue.tenant_id, coalesce(enqueue.run_id, v_id),
       case when v_run_at > v_now then 'delayed' else 'ready' end, v_priority,
-      v_max_attempts, v_run_at, v_now, v_now, enqueue.traceparent, enqueue.enqueued_by)
+      v_max_attempts, v_run_at, v_now, v_now, enqueue.traceparent, enqueue.enqueued_by,
+      enqueue.concurrency_key, v_declared.concurrency is not null)
     on conflict do nothing
     returning j.id, j.run_id, false
       into v_result;
@@ -343,7 +365,7 @@ as $$
 declare
   v_arguments constant text[] := array['name', 'input', 'idempotency_key', 'queue', 'tenant_id',
                                        'run_at', 'max_attempts', 'priority', 'id', 'run_id',
-                                       'traceparent', 'enqueued_by'];
+                                       'traceparent', 'enqueued_by', 'concurrency_key'];
   v_bad_key text;
 begin
   -- one pass over the array tells whether any check below would refuse it; they walk every key
@@ -364,6 +386,7 @@ begin
                      or jsonb_typeof(e -> 'tenant_id') in ('object', 'array')
                      or jsonb_typeof(e -> 'traceparent') in ('object', 'array')
                      or jsonb_typeof(e -> 'enqueued_by') in ('object', 'array')
+                     or jsonb_typeof(e -> 'concurrency_key') in ('object', 'array')
               end) then
     return;
   end if;
@@ -397,7 +420,8 @@ begin
     into v_bad_key
     from jsonb_array_elements(requests) with ordinality as e(item, ord),
          jsonb_each(e.item) as k(key, value)
-   where k.key in ('name', 'queue', 'idempotency_key', 'tenant_id', 'traceparent', 'enqueued_by')
+   where k.key in ('name', 'queue', 'idempotency_key', 'tenant_id', 'traceparent', 'enqueued_by',
+                   'concurrency_key')
      and jsonb_typeof(k.value) in ('object', 'array')
    order by e.ord
    limit 1;
@@ -411,9 +435,9 @@ $$;
 -- jobs.enqueue_many: put many jobs on the queue in one statement, with the rules of
 -- jobs.enqueue. Arguments: requests, a JSON array of objects whose keys are jobs.enqueue's
 -- argument names (name, input and idempotency_key required; queue, tenant_id, run_at,
--- max_attempts, priority, id, run_id, traceparent, enqueued_by optional, a left-out queue,
--- max_attempts or priority taking the name's declaration as in jobs.enqueue); on_conflict for
--- all.
+-- max_attempts, priority, id, run_id, traceparent, enqueued_by, concurrency_key optional, a
+-- left-out queue, max_attempts or priority taking the name's declaration as in jobs.enqueue);
+-- on_conflict for all.
 -- A key repeated inside the batch dedupes to its first occurrence.
 -- Answers one (id, run_id, deduped) per request, in input order.
 -- Raises what jobs.enqueue raises, naming the request (requests[3].name); under
@@ -476,15 +500,18 @@ begin
               coalesce(x.priority, t.priority, 0),
               x.traceparent,
               x.enqueued_by,
-              coalesce(t.tenant_required, false))::jobs._enqueue_request as r
+              coalesce(t.tenant_required, false),
+              x.concurrency_key,
+              t.concurrency is not null,
+              coalesce(t.concurrency_keyed, false))::jobs._enqueue_request as r
         from rows from (
                jsonb_to_recordset(requests) as (
                  id uuid, name text, queue text, input jsonb, idempotency_key text,
                  tenant_id text, run_id uuid, run_at timestamptz, max_attempts integer,
-                 priority integer, traceparent text, enqueued_by text)
+                 priority integer, traceparent text, enqueued_by text, concurrency_key text)
              ) with ordinality as x(id, name, queue, input, idempotency_key, tenant_id, run_id,
                                     run_at, max_attempts, priority, traceparent, enqueued_by,
-                                    ord)
+                                    concurrency_key, ord)
         left join jobs.declarations t on t.name = x.name
     ) parsed;
   exception
@@ -520,6 +547,8 @@ begin
       or r.max_attempts is null or r.max_attempts < 1
       or r.priority is null
       or (r.tenant_required and r.tenant_id is null)
+      or btrim(r.concurrency_key) = '' or length(r.concurrency_key) > 200
+      or (r.concurrency_keyed and r.concurrency_key is null)
    order by r.ord
    limit 1;
   if v_bad_ord is not null then
@@ -528,7 +557,8 @@ begin
                                 v_request.name, v_request.input, v_request.idempotency_key,
                                 v_request.queue, v_request.tenant_id, v_request.run_at,
                                 v_request.max_attempts, v_request.priority,
-                                v_request.tenant_required);
+                                v_request.tenant_required, v_request.concurrency_key,
+                                v_request.concurrency_keyed);
   end if;
 
   v_pending := v_requests;
@@ -537,10 +567,12 @@ begin
     with inserted as (
       insert into jobs.jobs as j (
         id, name, queue, input, idempotency_key, tenant_id, run_id, state, priority,
-        max_attempts, run_at, created_at, updated_at, traceparent, enqueued_by)
+        max_attempts, run_at, created_at, updated_at, traceparent, enqueued_by, concurrency_key,
+        capped)
       select r.id, r.name, r.queue, r.input, r.idempotency_key, r.tenant_id, r.run_id,
              case when r.run_at > v_now then 'delayed' else 'ready' end, r.priority,
-             r.max_attempts, r.run_at, v_now, v_now, r.traceparent, r.enqueued_by
+             r.max_attempts, r.run_at, v_now, v_now, r.traceparent, r.enqueued_by,
+             r.concurrency_key, r.capped
         from unnest(v_pending) r
        order by r.ord
       on conflict do nothing

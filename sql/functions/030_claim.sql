@@ -1,9 +1,13 @@
 -- 030_claim: hand waiting jobs to a worker under a lease, re-take the rows of dead workers, and
 -- bury the rows whose lease lapsed on their final attempt.
 --
--- Tables: jobs.jobs (update), jobs.queue_pauses (read), jobs.counter_buckets (a burial counts).
--- Locks: job rows only, each with `for update skip locked`, so claimers never wait for one
--- another (and the claiming backend's own counter shard).
+-- Tables: jobs.jobs (update), jobs.queue_pauses and jobs.declarations (read),
+-- jobs.counter_buckets (a burial counts).
+-- Locks: job rows, each with `for update skip locked`, so claimers never wait for one another's
+-- rows (and the claiming backend's own counter shard). While a concurrency limit is declared,
+-- also one transaction-scoped advisory lock per limited group the claim hands a row of, taken in
+-- the order of their keys: claimers of one group take turns, so no limit is exceeded even for an
+-- instant, and claimers of other groups never wait.
 
 create type jobs.claimed_job as (
   id uuid,
@@ -25,6 +29,211 @@ create type jobs.claimed_job as (
   enqueued_by text,
   has_steps boolean
 );
+
+-- jobs._claim_limited: the waiting rows jobs._claim hands out while a concurrency limit is
+-- declared (jobs.declarations.concurrency). Arguments: the calling function's name, the queues
+-- to read (not paused), worker_id, room (how many rows at most), visibility, and the claim's now.
+-- Uncapped rows are taken as the unlimited claim takes them. Capped rows are read apart (their
+-- own range of jobs_claim_idx) and passed over while their group (the job, or the job and key
+-- when keyed) runs at its limit; the candidates are locked skip locked, then the claim takes the
+-- advisory lock of each group in key order and counts what the group runs now: a statement of
+-- its own, so it sees every claim of the group committed before the lock was granted. A
+-- running row holds its place until it settles, is cancelled or buried, or its lapsed lease is
+-- re-taken as a new attempt (which keeps the place): a killed worker's rows go on counting until
+-- then, so a limit never admits a second copy of a run still thought alive.
+-- Answers the claimed rows as jobs._claim does (has_steps NULL). Raises X_ARGUMENT_INVALID when
+-- called outside a read committed transaction: a snapshot older than the lock would miss claims.
+-- Locks: the rows it reads skip locked, the advisory locks of the groups it hands out.
+create function jobs._claim_limited(
+  function_name text,
+  queues text[],
+  worker_id text,
+  room integer,
+  visibility interval,
+  now timestamptz
+)
+returns setof jobs.claimed_job
+language plpgsql
+volatile
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+  v_free uuid[];
+  v_held uuid[];
+  v_admitted uuid[];
+  v_full_jobs text[];
+  v_full_keys text[];
+  v_lock bigint;
+begin
+  if current_setting('transaction_isolation') <> 'read committed' then
+    perform jobs._invalid(function_name, 'transaction',
+                          'must be read committed while a concurrency limit is declared');
+  end if;
+
+  -- uncapped rows, exactly as the unlimited claim reads them
+  select coalesce(array_agg(w.id), '{}')
+    into v_free
+    from unnest(_claim_limited.queues) as q(queue)
+    cross join lateral (
+      select j.id
+        from jobs.jobs j
+       where j.queue = q.queue
+         and j.capped = false
+         and j.state in ('ready', 'delayed', 'suspended')
+         and j.run_at <= _claim_limited.now
+       order by j.priority, j.run_at, j.id
+       limit _claim_limited.room
+         for update skip locked
+    ) w;
+
+  -- the groups already at their limit, counted without a lock: only to pass over their rows, so
+  -- a backlog of one busy key never hides the other keys' rows behind it
+  with limits as (
+    select d.name, d.concurrency, d.concurrency_keyed
+      from jobs.declarations d
+     where d.concurrency is not null
+  ),
+  running as (
+    select r.name, r.concurrency_key, count(*) as busy
+      from jobs.jobs r
+     where r.state = 'running'
+       and r.capped
+     group by r.name, r.concurrency_key
+  )
+  select coalesce(array_agg(distinct l.name) filter (
+           where not l.concurrency_keyed
+             and (select sum(x.busy) from running x where x.name = l.name) >= l.concurrency),
+           '{}'),
+         coalesce(array_agg(x.name || E'\x1f' || x.concurrency_key) filter (
+           where l.concurrency_keyed and x.busy >= l.concurrency), '{}')
+    into v_full_jobs, v_full_keys
+    from limits l
+    left join running x on x.name = l.name;
+
+  -- capped candidates in hand-out order, at most what each group has room for now
+  with limits as (
+    select d.name, d.concurrency, d.concurrency_keyed
+      from jobs.declarations d
+     where d.concurrency is not null
+  ),
+  waiting as (
+    select w.id, w.name, w.concurrency_key, w.priority, w.run_at
+      from unnest(_claim_limited.queues) as q(queue)
+      cross join lateral (
+        select j.id, j.name, j.concurrency_key, j.priority, j.run_at
+          from jobs.jobs j
+         where j.queue = q.queue
+           and j.capped = true
+           and j.state in ('ready', 'delayed', 'suspended')
+           and j.run_at <= _claim_limited.now
+           and not (j.name = any(v_full_jobs))
+           and not (j.name || E'\x1f' || coalesce(j.concurrency_key, '') = any(v_full_keys))
+         order by j.priority, j.run_at, j.id
+         limit _claim_limited.room
+      ) w
+  ),
+  grouped as (
+    select w.id, l.concurrency as cap,
+           row_number() over (
+             partition by w.name, case when l.concurrency_keyed then w.concurrency_key end
+             order by w.priority, w.run_at, w.id) as nth
+      from waiting w
+      left join limits l on l.name = w.name
+  )
+  select coalesce(array_agg(g.id), '{}')
+    into v_held
+    from grouped g
+   where g.cap is null or g.nth <= g.cap;
+
+  select coalesce(array_agg(c.id), '{}')
+    into v_held
+    from (
+      select j.id
+        from jobs.jobs j
+       where j.id = any(v_held)
+         and j.capped = true
+         and j.state in ('ready', 'delayed', 'suspended')
+         and j.run_at <= _claim_limited.now
+         for update skip locked
+    ) c;
+
+  if cardinality(v_held) > 0 then
+    -- by lock key, not by name: two groups may share a key, and one order for all claimers is
+    -- what keeps them from waiting on each other in a circle
+    for v_lock in
+      select distinct hashtextextended(
+               'durajobs.concurrency:' || j.name || E'\x1f'
+               || coalesce(case when d.concurrency_keyed then j.concurrency_key end, ''), 0)
+        from jobs.jobs j
+        join jobs.declarations d on d.name = j.name and d.concurrency is not null
+       where j.id = any(v_held)
+       order by 1
+    loop
+      perform pg_advisory_xact_lock(v_lock);
+    end loop;
+
+    -- under the locks, a statement of its own: what each group runs now, committed claims of
+    -- the other claimers included
+    with held as (
+      select j.id, j.name, j.priority, j.run_at, d.concurrency as cap,
+             case when d.concurrency_keyed then j.concurrency_key end as group_key
+        from jobs.jobs j
+        left join jobs.declarations d on d.name = j.name and d.concurrency is not null
+       where j.id = any(v_held)
+    ),
+    running as (
+      select r.name, r.concurrency_key, count(*) as busy
+        from jobs.jobs r
+       where r.state = 'running'
+         and r.capped
+         and r.name in (select h.name from held h)
+       group by r.name, r.concurrency_key
+    ),
+    ranked as (
+      select h.id, h.cap,
+             row_number() over (partition by h.name, h.group_key
+                                order by h.priority, h.run_at, h.id) as nth,
+             (select coalesce(sum(x.busy), 0)
+                from running x
+               where x.name = h.name
+                 and (h.group_key is null or x.concurrency_key = h.group_key)) as busy
+        from held h
+    )
+    select coalesce(array_agg(r.id), '{}')
+      into v_admitted
+      from ranked r
+     where r.cap is null or r.nth <= r.cap - r.busy;
+  end if;
+
+  return query
+    with chosen as materialized (
+      select j.id
+        from jobs.jobs j
+       where j.id = any(v_free || coalesce(v_admitted, '{}'))
+       order by j.priority, j.run_at, j.id
+       limit _claim_limited.room
+    ),
+    claimed as (
+      update jobs.jobs j
+         set state = 'running',
+             claimed_by = _claim_limited.worker_id,
+             claimed_at = _claim_limited.now,
+             lease_expires_at = _claim_limited.now + _claim_limited.visibility,
+             claims = j.claims + 1,
+             attempt = j.attempt + 1,
+             updated_at = _claim_limited.now
+       where j.id = any(array(select chosen.id from chosen))
+      returning j.id, j.run_id, j.name, j.queue, j.input, j.tenant_id, j.state, j.attempt,
+                j.max_attempts, j.claims, j.priority, j.run_at, j.created_at, j.lease_expires_at,
+                j.last_error, j.traceparent, j.enqueued_by
+    )
+    select c.id, c.run_id, c.name, c.queue, c.input, c.tenant_id, c.state, c.attempt,
+           c.max_attempts, c.claims, c.priority, c.run_at, c.created_at, c.lease_expires_at,
+           c.last_error, c.traceparent, c.enqueued_by, null::boolean
+      from claimed c
+     order by c.priority, c.run_at, c.id;
+end;
+$$;
 
 -- jobs._claim: the claim itself, behind jobs.claim_v1. Arguments: the calling function's name
 -- (errors name it), then those of jobs.claim_v1, none defaulted. recover_lapsed false skips the
@@ -52,6 +261,7 @@ declare
   v_now timestamptz := jobs._now();
   v_queues text[];
   v_taken integer;
+  v_room integer;
 begin
   if queues is null or cardinality(queues) = 0 then
     perform jobs._raise(
@@ -169,6 +379,16 @@ begin
   if v_taken >= batch_size then
     return;
   end if;
+  v_room := batch_size - v_taken;
+
+  if exists (select 1 from jobs.declarations d where d.concurrency is not null) then
+    return query
+      select l.id, l.run_id, l.name, l.queue, l.input, l.tenant_id, l.state, l.attempt,
+             l.max_attempts, l.claim, l.priority, l.run_at, l.created_at, l.lease_expires_at,
+             l.last_error, l.traceparent, l.enqueued_by, l.has_steps
+        from jobs._claim_limited(function_name, v_queues, worker_id, v_room, visibility, v_now) l;
+    return;
+  end if;
 
   -- hand out waiting rows due now; skip locked: a second claimer must not wait for this one.
   -- Each queue is read on its own, in jobs_claim_idx order, so the scan stops after the rows it
@@ -181,14 +401,15 @@ begin
           select j.id, j.priority, j.run_at
             from jobs.jobs j
            where j.queue = q.queue
+             and j.capped = false
              and j.state in ('ready', 'delayed', 'suspended')
              and j.run_at <= v_now
            order by j.priority, j.run_at, j.id
-           limit _claim.batch_size - v_taken
+           limit v_room
              for update skip locked
         ) w
        order by w.priority, w.run_at, w.id
-       limit _claim.batch_size - v_taken
+       limit v_room
     ),
     claimed as (
       -- by primary key: a join to `due` let the planner hash a scan of the whole table
@@ -222,7 +443,10 @@ $$;
 -- false between: the scan for lapsed leases reads every dead entry of jobs_lease_idx that a
 -- vacuum has not yet removed, which after a burst of work costs more than the claim itself.
 -- Order: first rows whose lease lapsed (a dead worker's, re-taken as a new attempt), then waiting
--- rows due now by priority (lower first), run_at, id. Paused queues are skipped.
+-- rows due now by priority (lower first), run_at, id. Paused queues are skipped. While a job
+-- declares a concurrency limit (jobs.declare_job), its rows are handed out only while their
+-- group (the job, or the job and its concurrency_key) runs fewer attempts than the limit, across
+-- every claimer; a row held back stays waiting, burns no attempt and keeps its place.
 -- Answers the claimed rows with state 'running' and their claim token, which every later call on
 -- the attempt must present, and has_steps: whether the run may have stored steps, so a worker
 -- reads the step history only of runs that may have one. Also answers, with state 'dead' or

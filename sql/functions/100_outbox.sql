@@ -61,7 +61,8 @@ create function jobs.outbox_stage(
   priority integer default null,
   run_id uuid default null,
   traceparent text default null,
-  enqueued_by text default null
+  enqueued_by text default null,
+  concurrency_key text default null
 )
 returns jobs.enqueue_result
 language plpgsql
@@ -74,7 +75,7 @@ declare
   v_run_id uuid := coalesce(outbox_stage.run_id, v_id);
   v_declared record;
 begin
-  select t.queue, t.max_attempts, t.priority, t.tenant_required
+  select t.queue, t.max_attempts, t.priority, t.tenant_required, t.concurrency_keyed
     into v_declared
     from jobs.declarations t
    where t.name = outbox_stage.name;
@@ -84,7 +85,9 @@ begin
                               outbox_stage.tenant_id, coalesce(outbox_stage.run_at, v_now),
                               coalesce(outbox_stage.max_attempts, v_declared.max_attempts, 20),
                               coalesce(outbox_stage.priority, v_declared.priority, 0),
-                              coalesce(v_declared.tenant_required, false));
+                              coalesce(v_declared.tenant_required, false),
+                              outbox_stage.concurrency_key,
+                              coalesce(v_declared.concurrency_keyed, false));
 
   -- silent while a committed row waits unclaimed: its relay is already on the way. In the
   -- unpublished index's order, so the test reads waiting rows only: as an exists, the planner
@@ -111,7 +114,8 @@ begin
       'max_attempts', outbox_stage.max_attempts,
       'priority', outbox_stage.priority,
       'traceparent', outbox_stage.traceparent,
-      'enqueued_by', outbox_stage.enqueued_by))
+      'enqueued_by', outbox_stage.enqueued_by,
+      'concurrency_key', outbox_stage.concurrency_key))
       || jsonb_build_object('input', outbox_stage.input));
   return (v_id, v_run_id, false)::jobs.enqueue_result;
 end;
@@ -282,7 +286,8 @@ as $$
     run_id => staged.run_id,
     on_conflict => 'dedupe',
     traceparent => staged.request ->> 'traceparent',
-    enqueued_by => staged.request ->> 'enqueued_by')
+    enqueued_by => staged.request ->> 'enqueued_by',
+    concurrency_key => staged.request ->> 'concurrency_key')
 $$;
 
 -- jobs.outbox_relay: where the outbox and the queue share one database, relay a batch in one

@@ -1,7 +1,7 @@
 -- 000_schema: the jobs schema, its tables, constraints and indexes.
 begin;
 \ir fixtures/factory.sql
-select plan(40);
+select plan(41);
 
 set local durajobs.now = '2026-01-01 00:00:00+00';
 
@@ -18,7 +18,8 @@ select columns_are('jobs', 'jobs', array[
   'id', 'name', 'queue', 'input', 'idempotency_key', 'tenant_id', 'run_id', 'state', 'priority',
   'attempt', 'max_attempts', 'run_at', 'created_at', 'updated_at', 'finished_at', 'claimed_by',
   'claimed_at', 'lease_expires_at', 'claims', 'last_error', 'last_error_code', 'last_error_stack',
-  'progress', 'traceparent', 'enqueued_by'], 'jobs.jobs has the documented columns');
+  'progress', 'traceparent', 'enqueued_by', 'concurrency_key', 'capped'],
+  'jobs.jobs has the documented columns');
 select col_is_pk('jobs', 'jobs', 'id', 'jobs.jobs is keyed by id');
 select col_type_is('jobs', 'jobs', 'id', 'uuid', 'jobs.id is a uuid');
 select col_type_is('jobs', 'jobs', 'input', 'jsonb', 'jobs.input is jsonb');
@@ -86,8 +87,8 @@ select ok(
   'R3: the dedupe index is partial on the live states');
 
 -- the claim, lease and listing indexes
-select has_index('jobs', 'jobs', 'jobs_claim_idx', array['queue', 'priority', 'run_at', 'id'],
-                 'the claim index is (queue, priority, run_at, id)');
+select has_index('jobs', 'jobs', 'jobs_claim_idx', array['queue', 'capped', 'priority', 'run_at', 'id'],
+                 'the claim index is (queue, capped, priority, run_at, id): capped rows apart');
 select ok(
   (select indexdef from pg_indexes where schemaname = 'jobs' and indexname = 'jobs_claim_idx')
   like $$%WHERE (state = ANY (ARRAY['ready'::text, 'delayed'::text, 'suspended'::text]))$$,
@@ -103,11 +104,17 @@ select has_index('jobs', 'jobs', 'jobs_queue_created_idx', array['queue', 'creat
 select indexes_are('jobs', 'jobs',
                    array['jobs_pkey', 'jobs_name_tenant_idempotency_live_idx', 'jobs_claim_idx',
                          'jobs_lease_idx', 'jobs_queue_created_idx', 'jobs_dead_idx',
-                         'jobs_done_idx', 'jobs_ended_idx', 'jobs_run_shared_idx'],
+                         'jobs_done_idx', 'jobs_ended_idx', 'jobs_run_shared_idx',
+                         'jobs_capped_running_idx'],
                    'jobs.jobs carries no index the functions do not use (each costs every insert '
                    'and, as no update is HOT, every claim and settle it covers): none on '
                    '(created_at, id) alone; the two of finished rows by age that jobs.purge '
-                   'walks, and the one of jobs continuing another''s run');
+                   'walks, the one of jobs continuing another''s run, and the running rows of '
+                   'capped jobs that the claim counts against their limits');
+select ok(
+  (select indexdef from pg_indexes where schemaname = 'jobs' and indexname = 'jobs_capped_running_idx')
+  like $$%(name, concurrency_key) WHERE ((state = 'running'::text) AND capped)$$,
+  'the capped running index holds only the running rows of capped jobs');
 select has_index('jobs', 'jobs', 'jobs_dead_idx', array['queue'],
                  'the dead-rows index is on queue');
 select ok(

@@ -110,6 +110,7 @@ def enqueue(
     on_conflict: str | None = None,
     traceparent: str | None = None,
     enqueued_by: str | None = None,
+    concurrency_key: str | None = None,
 ) -> Call[EnqueueResult]:
     arguments = {
         "name": name,
@@ -127,6 +128,7 @@ def enqueue(
         "on_conflict": on_conflict,
         "traceparent": traceparent,
         "enqueued_by": enqueued_by,
+        "concurrency_key": concurrency_key,
     }
     return _call("jobs.enqueue", EnqueueResult.COLUMNS, arguments, _one(EnqueueResult.from_row))
 
@@ -326,6 +328,7 @@ def outbox_stage(
     run_id: UUID | None = None,
     traceparent: str | None = None,
     enqueued_by: str | None = None,
+    concurrency_key: str | None = None,
 ) -> Call[EnqueueResult]:
     arguments = {
         "name": name,
@@ -339,6 +342,7 @@ def outbox_stage(
         "run_id": run_id,
         "traceparent": traceparent,
         "enqueued_by": enqueued_by,
+        "concurrency_key": concurrency_key,
     }
     return _call(
         "jobs.outbox_stage", EnqueueResult.COLUMNS, arguments, _one(EnqueueResult.from_row)
@@ -391,6 +395,7 @@ def publish(staged: OutboxRecord) -> Call[EnqueueResult]:
         on_conflict="dedupe",
         traceparent=request.get("traceparent"),
         enqueued_by=request.get("enqueued_by"),
+        concurrency_key=request.get("concurrency_key"),
     )
 
 
@@ -643,6 +648,8 @@ def declare_job(
     timeout: timedelta | None = None,
     input_schema: Mapping[str, Any] | None = None,
     replace: bool = False,
+    concurrency: int | None = None,
+    concurrency_keyed: bool = False,
 ) -> Call[Declared]:
     arguments = {
         "name": name,
@@ -655,6 +662,8 @@ def declare_job(
         "timeout": timeout,
         "input_schema": None if input_schema is None else Jsonb(dict(input_schema)),
         "replace": replace,
+        "concurrency": concurrency,
+        "concurrency_keyed": concurrency_keyed,
     }
     return _call("jobs.declare_job", Declared.COLUMNS, arguments, _one(Declared.from_row))
 

@@ -322,6 +322,8 @@ class JobType(Answer):
     declared_by: str
     declared_at: datetime
     seen_at: datetime
+    concurrency: int | None  # at most this many running across the fleet
+    concurrency_keyed: bool  # per concurrency_key
 
 
 @dataclass(frozen=True, slots=True)

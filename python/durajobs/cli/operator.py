@@ -566,7 +566,7 @@ def _job_types_text(types: Sequence[JobType]) -> str:
             "no job declared in the catalogue (a worker declares its registry's jobs at start, "
             "as does `durajobs migrate --app module:registry`)"
         )
-    headers = ["NAME", "QUEUE", "ATTEMPTS", "PRIORITY", "TENANT", "DECLARED BY", "SEEN"]
+    headers = ["NAME", "QUEUE", "ATTEMPTS", "PRIORITY", "TENANT", "LIMIT", "DECLARED BY", "SEEN"]
     rows = [
         [
             kind.name,
@@ -574,12 +574,19 @@ def _job_types_text(types: Sequence[JobType]) -> str:
             str(kind.max_attempts),
             str(kind.priority),
             "required" if kind.tenant_required else "none",
+            _limit_text(kind),
             kind.declared_by,
             render.when(kind.seen_at),
         ]
         for kind in types
     ]
     return render.table(headers, rows)
+
+
+def _limit_text(kind: JobType) -> str:
+    if kind.concurrency is None:
+        return "-"
+    return f"{kind.concurrency} per key" if kind.concurrency_keyed else str(kind.concurrency)
 
 
 def _cmd_jobs_types(args: argparse.Namespace) -> int:

@@ -36,6 +36,7 @@ class EnqueueRequest:
     on_conflict: OnConflict = "dedupe"
     enqueued_by: str | None = None
     traceparent: str | None = None
+    concurrency_key: str | None = None  # the run's key under a keyed concurrency limit
 
     def call(self) -> calls.Call[EnqueueResult]:
         """`jobs.enqueue` with these arguments: the job's row, written where it runs."""
@@ -52,6 +53,7 @@ class EnqueueRequest:
             on_conflict=self.on_conflict,
             enqueued_by=self.enqueued_by,
             traceparent=self.traceparent,
+            concurrency_key=self.concurrency_key,
         )
 
     def staged_call(self) -> calls.Call[EnqueueResult]:
@@ -74,6 +76,7 @@ class EnqueueRequest:
             run_id=self.run_id,
             enqueued_by=self.enqueued_by,
             traceparent=self.traceparent,
+            concurrency_key=self.concurrency_key,
         )
 
     def fire_entry(self) -> dict[str, Any]:
@@ -87,4 +90,6 @@ class EnqueueRequest:
         }
         if self.tenant_id is not None:
             entry["tenant_id"] = self.tenant_id
+        if self.concurrency_key is not None:
+            entry["concurrency_key"] = self.concurrency_key
         return entry

@@ -21,6 +21,7 @@ from durajobs._values.durations import Duration, parse_duration
 from durajobs._values.records import Declared, EnqueueResult
 from durajobs.declare.cron import DEFAULT_MAX_CATCH_UP, CatchUp, Entries, Task, declare_task
 from durajobs.declare.enqueue import EnqueueRequest, OnConflict
+from durajobs.declare.limits import Concurrency, Limit, parse_concurrency
 from durajobs.declare.retry import RetryPolicy
 from durajobs.declare.router import Router
 from durajobs.errors import (
@@ -100,6 +101,7 @@ class Job(Generic[I]):
     handler: Handler
     registry: Registry = field(repr=False)
     priority: int = 0  # an enqueue's default; lower runs first
+    concurrency: Limit | None = None  # at most this many running across the fleet
 
     @property
     def is_async(self) -> bool:
@@ -137,7 +139,8 @@ class Job(Generic[I]):
         actor: Actor | None = None,
     ) -> EnqueueRequest:
         """The checked request an enqueue of `input` sends: X_JOB_INPUT_INVALID naming the
-        field, X_IDEMPOTENCY_REQUIRED for an empty key, X_ARGUMENT_INVALID for a naive run_at."""
+        field, X_IDEMPOTENCY_REQUIRED for an empty key, X_ARGUMENT_INVALID for a naive run_at
+        or a concurrency key that is empty or longer than 200 characters."""
         model = self.parse(input)
         key = self.idempotency_key(model)
         if not isinstance(key, str) or not key.strip():
@@ -173,6 +176,9 @@ class Job(Generic[I]):
             on_conflict=on_conflict,
             enqueued_by=enqueued_by,
             traceparent=current_traceparent(),
+            concurrency_key=(
+                None if self.concurrency is None else self.concurrency.key_of(self.name, model)
+            ),
         )
 
     def enqueue(
@@ -246,6 +252,8 @@ class Job(Generic[I]):
             timeout=self.timeout,
             input_schema=described["input"],
             replace=replace,
+            concurrency=None if self.concurrency is None else self.concurrency.limit,
+            concurrency_keyed=self.concurrency is not None and self.concurrency.keyed,
         )
 
     def describe(self) -> dict[str, Any]:
@@ -254,6 +262,11 @@ class Job(Generic[I]):
             "name": self.name,
             "queue": self.queue,
             "priority": self.priority,
+            "concurrency": (
+                None
+                if self.concurrency is None
+                else {"limit": self.concurrency.limit, "keyed": self.concurrency.keyed}
+            ),
             "input": self.input_model.model_json_schema(),
             "idempotent": True,
             "tenant": "none" if self.tenant == NO_TENANT else "from input",
@@ -310,13 +323,17 @@ class Registry:
         tenant: Callable[[I], str | None] | Literal["none"] | None = None,
         queue: str = DEFAULT_QUEUE,
         priority: int = 0,
+        concurrency: int | Concurrency | None = None,
         retry: RetryPolicy | None = None,
         timeout: Duration | None = None,
         step_timeout: Duration | None = None,
         event_poll: Duration = DEFAULT_EVENT_POLL,
         on_settled: Callable[[Settled], Any] | None = None,
     ) -> Callable[[Handler], Job[I]]:
-        """Declare a job; use as a decorator on its handler, `def run(ctx)` or `async def`."""
+        """Declare a job; use as a decorator on its handler, `def run(ctx)` or `async def`.
+
+        `concurrency=N` runs at most N attempts of the job at once across every worker;
+        `concurrency=Concurrency(key=lambda input: ..., limit=N)` at most N per key."""
         if not isinstance(name, str) or not name.strip():
             raise DeclarationInvalid(
                 "a job needs an explicit, non-empty name", detail={"field": "name"}
@@ -341,6 +358,7 @@ class Registry:
             raise DeclarationInvalid(
                 f"job {name}: queue must be a non-empty name", detail={"field": "queue"}
             )
+        limit = parse_concurrency(name, concurrency)
         if isinstance(priority, bool) or not isinstance(priority, int):
             raise DeclarationInvalid(
                 f"job {name}: priority must be an integer (lower runs first), got {priority!r}",
@@ -373,6 +391,7 @@ class Registry:
                 handler=handler,
                 registry=self,
                 priority=priority,
+                concurrency=limit,
             )
             self._jobs[name] = declared
             return declared

@@ -201,7 +201,8 @@ def test_jobs_types_lists_the_catalogue_and_forget_type_removes_a_name(cli):
     assert [kind["name"] for kind in document["job_types"]] == ["invoice", "mail"]
     assert set(document["job_types"][0]) == {
         "name", "queue", "max_attempts", "priority", "tenant_required", "retry", "timeout",
-        "input_schema", "declared_by", "declared_at", "seen_at",
+        "input_schema", "declared_by", "declared_at", "seen_at", "concurrency",
+        "concurrency_keyed",
     }  # fmt: skip
     status, out, _ = cli("jobs", "types")
     lines = out.splitlines()
@@ -211,12 +212,13 @@ def test_jobs_types_lists_the_catalogue_and_forget_type_removes_a_name(cli):
         "ATTEMPTS",
         "PRIORITY",
         "TENANT",
+        "LIMIT",
         "DECLARED",
         "BY",
         "SEEN",
     ]
-    assert lines[1].split()[:5] == ["invoice", "billing", "20", "0", "required"]
-    assert lines[2].split()[:5] == ["mail", "emails", "3", "5", "none"]
+    assert lines[1].split()[:6] == ["invoice", "billing", "20", "0", "required", "-"]
+    assert lines[2].split()[:6] == ["mail", "emails", "3", "5", "none", "-"]
 
     status, out, _ = cli("jobs", "forget-type", "mail")
     assert (status, out.strip()) == (
