@@ -197,6 +197,12 @@ class JobDeclarationConflict(DurajobsError):
     code = "X_JOB_DECLARATION_CONFLICT"
 
 
+class JobKeyBusy(DurajobsError):
+    """Stored as a refused run's last_error_code: another run held its concurrency key."""
+
+    code = "X_JOB_KEY_BUSY"
+
+
 class StepOutputInvalid(DurajobsError):
     code = "X_STEP_OUTPUT_INVALID"
 

@@ -27,7 +27,11 @@ create table jobs.declarations (
   -- at most this many of its attempts running across the fleet, per concurrency_key when keyed
   concurrency integer check (concurrency >= 1),
   concurrency_keyed boolean not null default false,
-  check (concurrency is not null or not concurrency_keyed)
+  check (concurrency is not null or not concurrency_keyed),
+  -- a keyed limit's busy rule: 'wait' holds a run back while its key is busy, 'fail' settles it
+  -- failed (X_JOB_KEY_BUSY) when another run holds the key
+  when_busy text not null default 'wait' check (when_busy in ('wait', 'fail')),
+  check (when_busy = 'wait' or concurrency_keyed)
 );
 
 create type jobs.job_type as (
@@ -43,7 +47,8 @@ create type jobs.job_type as (
   declared_at timestamptz,
   seen_at timestamptz,
   concurrency integer,
-  concurrency_keyed boolean
+  concurrency_keyed boolean,
+  when_busy text
 );
 
 create type jobs.declare_result as (
@@ -72,8 +77,9 @@ $$;
 
 -- jobs.declare_job: record what a deploy declares about job `name`.
 -- Arguments: name, queue, max_attempts, priority, tenant_required, concurrency (at most this
--- many attempts running across the fleet; NULL: no limit) and concurrency_keyed (the limit is
--- per concurrency_key, which every enqueue of the job must then give): the enforced fields;
+-- many attempts running across the fleet; NULL: no limit), concurrency_keyed (the limit is per
+-- concurrency_key, which every enqueue of the job must then give) and when_busy ('wait', or
+-- 'fail' for a keyed limit: refuse a run whose key another run holds): the enforced fields;
 -- retry, timeout and input_schema (shown only); declared_by (who declares: a deploy, worker or
 -- host label); replace (the operator's word that this declaration wins over a different one).
 -- Answers (name, outcome, differences, stored_by). A declaration equal in its enforced fields
@@ -94,7 +100,8 @@ create function jobs.declare_job(
   input_schema jsonb default '{}',
   replace boolean default false,
   concurrency integer default null,
-  concurrency_keyed boolean default false
+  concurrency_keyed boolean default false,
+  when_busy text default 'wait'
 )
 returns jobs.declare_result
 language plpgsql
@@ -137,15 +144,20 @@ begin
     perform jobs._invalid('jobs.declare_job', 'concurrency_keyed',
                           'must be true or false, and true only with a concurrency');
   end if;
+  if declare_job.when_busy is null or declare_job.when_busy not in ('wait', 'fail')
+     or (declare_job.when_busy = 'fail' and not declare_job.concurrency_keyed) then
+    perform jobs._invalid('jobs.declare_job', 'when_busy',
+                          'must be ''wait'', or ''fail'' with a keyed concurrency');
+  end if;
 
   insert into jobs.declarations as t (
     name, queue, max_attempts, priority, tenant_required, retry, timeout, input_schema,
-    declared_by, declared_at, seen_at, concurrency, concurrency_keyed)
+    declared_by, declared_at, seen_at, concurrency, concurrency_keyed, when_busy)
   values (
     declare_job.name, declare_job.queue, declare_job.max_attempts, declare_job.priority,
     declare_job.tenant_required, coalesce(declare_job.retry, '{}'), declare_job.timeout,
     coalesce(declare_job.input_schema, '{}'), declare_job.declared_by, v_now, v_now,
-    declare_job.concurrency, declare_job.concurrency_keyed)
+    declare_job.concurrency, declare_job.concurrency_keyed, declare_job.when_busy)
   on conflict on constraint declarations_pkey do nothing;
   if found then
     -- rows enqueued before any declaration were not capped
@@ -171,7 +183,9 @@ begin
                   to_jsonb(declare_job.tenant_required)),
                  ('concurrency', to_jsonb(v_stored.concurrency), to_jsonb(declare_job.concurrency)),
                  ('concurrency_keyed', to_jsonb(v_stored.concurrency_keyed),
-                  to_jsonb(declare_job.concurrency_keyed))) as d(field, stored, declared)
+                  to_jsonb(declare_job.concurrency_keyed)),
+                 ('when_busy', to_jsonb(v_stored.when_busy), to_jsonb(declare_job.when_busy)))
+         as d(field, stored, declared)
    where d.stored is distinct from d.declared;
 
   if v_differences = '{}' then
@@ -200,7 +214,8 @@ begin
          declared_at = v_now,
          seen_at = v_now,
          concurrency = declare_job.concurrency,
-         concurrency_keyed = declare_job.concurrency_keyed
+         concurrency_keyed = declare_job.concurrency_keyed,
+         when_busy = declare_job.when_busy
    where t.name = declare_job.name;
   perform jobs._sync_capped(declare_job.name, declare_job.concurrency is not null);
   return (declare_job.name, 'replaced', v_differences, v_stored.declared_by)::jobs.declare_result;
@@ -217,7 +232,7 @@ set search_path = pg_catalog, pg_temp
 as $$
   select t.name, t.queue, t.max_attempts, t.priority, t.tenant_required, t.retry, t.timeout,
          t.input_schema, t.declared_by, t.declared_at, t.seen_at, t.concurrency,
-         t.concurrency_keyed
+         t.concurrency_keyed, t.when_busy
     from jobs.declarations t
    order by t.name collate "C"
 $$;

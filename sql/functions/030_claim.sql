@@ -40,8 +40,12 @@ create type jobs.claimed_job as (
 -- its own, so it sees every claim of the group committed before the lock was granted. A
 -- running row holds its place until it settles, is cancelled or buried, or its lapsed lease is
 -- re-taken as a new attempt (which keeps the place): a killed worker's rows go on counting until
--- then, so a limit never admits a second copy of a run still thought alive.
--- Answers the claimed rows as jobs._claim does (has_steps NULL). Raises X_ARGUMENT_INVALID when
+-- then, so a limit never admits a second copy of a run still thought alive. A keyed limit that
+-- says when_busy 'fail' settles a candidate whose key another run holds as 'failed'
+-- (X_JOB_KEY_BUSY) instead of holding it back; one whose key only its own run holds (a
+-- continuation of the same run_id) waits.
+-- Answers the rows it refused (state 'failed', counted as failed), then the claimed rows, as
+-- jobs._claim does (has_steps NULL). Raises X_ARGUMENT_INVALID when
 -- called outside a read committed transaction: a snapshot older than the lock would miss claims.
 -- Locks: the rows it reads skip locked, the advisory locks of the groups it hands out.
 create function jobs._claim_limited(
@@ -61,6 +65,7 @@ declare
   v_free uuid[];
   v_held uuid[];
   v_admitted uuid[];
+  v_refused uuid[];
   v_full_jobs text[];
   v_full_keys text[];
   v_lock bigint;
@@ -89,7 +94,7 @@ begin
   -- the groups already at their limit, counted without a lock: only to pass over their rows, so
   -- a backlog of one busy key never hides the other keys' rows behind it
   with limits as (
-    select d.name, d.concurrency, d.concurrency_keyed
+    select d.name, d.concurrency, d.concurrency_keyed, d.when_busy
       from jobs.declarations d
      where d.concurrency is not null
   ),
@@ -104,15 +109,16 @@ begin
            where not l.concurrency_keyed
              and (select sum(x.busy) from running x where x.name = l.name) >= l.concurrency),
            '{}'),
+         -- a 'fail' group's rows must be seen, to be refused
          coalesce(array_agg(x.name || E'\x1f' || x.concurrency_key) filter (
-           where l.concurrency_keyed and x.busy >= l.concurrency), '{}')
+           where l.concurrency_keyed and l.when_busy = 'wait' and x.busy >= l.concurrency), '{}')
     into v_full_jobs, v_full_keys
     from limits l
     left join running x on x.name = l.name;
 
   -- capped candidates in hand-out order, at most what each group has room for now
   with limits as (
-    select d.name, d.concurrency, d.concurrency_keyed
+    select d.name, d.concurrency, d.concurrency_keyed, d.when_busy
       from jobs.declarations d
      where d.concurrency is not null
   ),
@@ -133,7 +139,7 @@ begin
       ) w
   ),
   grouped as (
-    select w.id, l.concurrency as cap,
+    select w.id, l.concurrency as cap, l.when_busy,
            row_number() over (
              partition by w.name, case when l.concurrency_keyed then w.concurrency_key end
              order by w.priority, w.run_at, w.id) as nth
@@ -143,7 +149,7 @@ begin
   select coalesce(array_agg(g.id), '{}')
     into v_held
     from grouped g
-   where g.cap is null or g.nth <= g.cap;
+   where g.cap is null or g.when_busy = 'fail' or g.nth <= g.cap;
 
   select coalesce(array_agg(c.id), '{}')
     into v_held
@@ -175,34 +181,81 @@ begin
     -- under the locks, a statement of its own: what each group runs now, committed claims of
     -- the other claimers included
     with held as (
-      select j.id, j.name, j.priority, j.run_at, d.concurrency as cap,
+      select j.id, j.name, j.run_id, j.priority, j.run_at, d.concurrency as cap, d.when_busy,
              case when d.concurrency_keyed then j.concurrency_key end as group_key
         from jobs.jobs j
         left join jobs.declarations d on d.name = j.name and d.concurrency is not null
        where j.id = any(v_held)
     ),
     running as (
-      select r.name, r.concurrency_key, count(*) as busy
+      select r.name, r.concurrency_key, r.run_id, count(*) as busy
         from jobs.jobs r
        where r.state = 'running'
          and r.capped
          and r.name in (select h.name from held h)
-       group by r.name, r.concurrency_key
+       group by r.name, r.concurrency_key, r.run_id
     ),
     ranked as (
-      select h.id, h.cap,
+      select h.id, h.cap, h.when_busy,
              row_number() over (partition by h.name, h.group_key
                                 order by h.priority, h.run_at, h.id) as nth,
              (select coalesce(sum(x.busy), 0)
                 from running x
                where x.name = h.name
-                 and (h.group_key is null or x.concurrency_key = h.group_key)) as busy
+                 and (h.group_key is null or x.concurrency_key = h.group_key)) as busy,
+             (select coalesce(sum(x.busy), 0)
+                from running x
+               where x.name = h.name
+                 and x.concurrency_key = h.group_key
+                 and x.run_id = h.run_id) as busy_own
         from held h
+    ),
+    decided as (
+      select r.id,
+             r.cap is null or r.nth <= r.cap - r.busy as admitted,
+             -- refused only on evidence that another run holds the key: a running row of
+             -- another run, or an earlier candidate this claim admits
+             r.when_busy = 'fail'
+               and r.busy - r.busy_own + least(r.nth - 1, greatest(r.cap - r.busy, 0)) > 0
+               as refused
+        from ranked r
     )
-    select coalesce(array_agg(r.id), '{}')
-      into v_admitted
-      from ranked r
-     where r.cap is null or r.nth <= r.cap - r.busy;
+    select coalesce(array_agg(d.id) filter (where d.admitted), '{}'),
+           coalesce(array_agg(d.id) filter (where not d.admitted and d.refused), '{}')
+      into v_admitted, v_refused
+      from decided d;
+
+    if cardinality(v_refused) > 0 then
+      return query
+        with refused as (
+          update jobs.jobs j
+             set state = 'failed',
+                 last_error = format('X_JOB_KEY_BUSY: key %s of job %s is held by another run',
+                                     j.concurrency_key, j.name),
+                 last_error_code = 'X_JOB_KEY_BUSY',
+                 last_error_stack = null,
+                 claimed_by = _claim_limited.worker_id,
+                 claimed_at = _claim_limited.now,
+                 lease_expires_at = null,
+                 finished_at = _claim_limited.now,
+                 updated_at = _claim_limited.now
+           where j.id = any(v_refused)
+          returning j.id, j.run_id, j.name, j.queue, j.input, j.tenant_id, j.state, j.attempt,
+                    j.max_attempts, j.claims, j.priority, j.run_at, j.created_at,
+                    j.lease_expires_at, j.last_error, j.traceparent, j.enqueued_by, j.claimed_at
+        ),
+        -- a refusal ends the row, so it counts where a settle would: as failed
+        counted as (
+          select jobs._count_settled(_claim_limited.now, array_agg(r.name), array_agg(r.state),
+                                     array_agg(r.claimed_at))
+            from refused r
+        )
+        select r.id, r.run_id, r.name, r.queue, r.input, r.tenant_id, r.state, r.attempt,
+               r.max_attempts, r.claims, r.priority, r.run_at, r.created_at, r.lease_expires_at,
+               r.last_error, r.traceparent, r.enqueued_by, null::boolean
+          from refused r
+         cross join counted;
+    end if;
   end if;
 
   return query

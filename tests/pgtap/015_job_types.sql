@@ -226,7 +226,7 @@ select is((select count(*) from jobs.jobs where name = 'report' and queue = 'rep
 select col_is_pk('jobs', 'declarations', 'name', 'jobs.declarations is keyed by name');
 select has_function('jobs', 'declare_job',
                     array['text', 'text', 'integer', 'integer', 'boolean', 'text', 'jsonb',
-                          'interval', 'jsonb', 'boolean', 'integer', 'boolean'],
+                          'interval', 'jsonb', 'boolean', 'integer', 'boolean', 'text'],
                     'jobs.declare_job has the documented arguments');
 select function_returns('jobs', 'job_types', array[]::text[], 'setof jobs.job_type',
                         'jobs.job_types answers setof jobs.job_type');

@@ -5,7 +5,7 @@
 -- (Two claimers racing for one group: tests/python/concurrency/test_limit_races.py.)
 begin;
 \ir fixtures/factory.sql
-select plan(44);
+select plan(51);
 
 set local durajobs.now = '2026-01-01 00:00:00+00';
 
@@ -168,6 +168,42 @@ select (jobs.outbox_stage(name => 'per-account', input => '{}', idempotency_key 
 select lives_ok($$select jobs.outbox_relay(relay_id => 'r1')$$, 'the relay publishes the staged row');
 select is((select (concurrency_key, capped)::text from jobs.jobs where id = :'o2'), '(y,t)',
           'a published row keeps its key and is capped');
+
+-- ---------------------------------------------------------------------------------------------
+-- when_busy 'fail': a run whose key another run holds is refused, settled failed in the claim
+
+select throws_ok($$select jobs.declare_job(name => 'x', queue => 'q', max_attempts => 1, priority => 0, tenant_required => false, declared_by => 'd', concurrency => 1, when_busy => 'fail')$$,
+                 'JQ001', null, 'declare_job: when_busy fail without a keyed limit raises JQ001');
+select jobs.declare_job(name => 'exclusive', queue => 'q-fail', max_attempts => 3, priority => 0,
+                        tenant_required => false, declared_by => 'd', concurrency => 1,
+                        concurrency_keyed => true, when_busy => 'fail') \g /dev/null
+select (jobs.enqueue(name => 'exclusive', input => '{}', idempotency_key => 'ex-a', queue => 'q-fail',
+                     concurrency_key => 'k', run_at => jobs._now() - interval '3 seconds')).run_id as ex_a_run \gset
+select jobs.enqueue(name => 'exclusive', input => '{}', idempotency_key => k, queue => 'q-fail',
+                    concurrency_key => ck, run_at => jobs._now() - make_interval(secs => 3 - n))
+  from (values ('ex-b', 'k', 1), ('ex-c', 'other', 2)) v(k, ck, n) \g /dev/null
+select results_eq(
+  $$select idempotency_key, state from pg_temp.claim('q-fail') order by 1$$,
+  $$values ('ex-a', 'running'), ('ex-b', 'failed'), ('ex-c', 'running')$$,
+  'the first run of a busy key runs; the second is refused in the same claim, other keys run');
+select results_eq(
+  $$select state, attempt, last_error_code, last_error, finished_at is not null, lease_expires_at
+      from jobs.jobs where idempotency_key = 'ex-b'$$,
+  $$values ('failed', 0, 'X_JOB_KEY_BUSY',
+            'X_JOB_KEY_BUSY: key k of job exclusive is held by another run', true, null::timestamptz)$$,
+  'a refused run is failed, burns no attempt, and says which key was busy');
+select is((select failed from jobs.counter_totals() where name = 'exclusive'), 1::bigint,
+          'a refusal counts as failed');
+-- its own run's leftover never refuses it: a continuation of the holder's run waits
+select jobs.enqueue(name => 'exclusive', input => '{}', idempotency_key => 'ex-a-next', queue => 'q-fail',
+                    concurrency_key => 'k', run_id => :'ex_a_run') \g /dev/null
+select is((select count(*) from pg_temp.claim('q-fail')), 0::bigint,
+          'a run meeting its own run''s holder is neither claimed nor refused');
+select is((select state from jobs.jobs where idempotency_key = 'ex-a-next'), 'ready', 'it waits');
+select jobs.ack_v1(id => j.id, worker_id => j.claimed_by, claim => j.claims)
+  from jobs.jobs j where j.idempotency_key = 'ex-a' \g /dev/null
+select results_eq($$select idempotency_key, state from pg_temp.claim('q-fail')$$,
+                  $$values ('ex-a-next', 'running')$$, 'and runs once the holder ends');
 
 -- ---------------------------------------------------------------------------------------------
 -- a limit declared, changed or forgotten later applies to the rows already waiting

@@ -650,6 +650,7 @@ def declare_job(
     replace: bool = False,
     concurrency: int | None = None,
     concurrency_keyed: bool = False,
+    when_busy: str = "wait",
 ) -> Call[Declared]:
     arguments = {
         "name": name,
@@ -664,6 +665,7 @@ def declare_job(
         "replace": replace,
         "concurrency": concurrency,
         "concurrency_keyed": concurrency_keyed,
+        "when_busy": when_busy,
     }
     return _call("jobs.declare_job", Declared.COLUMNS, arguments, _one(Declared.from_row))
 

@@ -324,6 +324,7 @@ class JobType(Answer):
     seen_at: datetime
     concurrency: int | None  # at most this many running across the fleet
     concurrency_keyed: bool  # per concurrency_key
+    when_busy: str  # 'wait', or 'fail': refuse a run whose key another run holds
 
 
 @dataclass(frozen=True, slots=True)

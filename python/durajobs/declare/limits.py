@@ -7,21 +7,26 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from durajobs.errors import ArgumentInvalid, DeclarationInvalid
 
 # what jobs.enqueue accepts as a concurrency_key
 MAX_KEY_LENGTH = 200
 
+WhenBusy = Literal["wait", "fail"]
+
 
 @dataclass(frozen=True, slots=True)
 class Concurrency:
     """At most `limit` attempts running at once among the runs whose `key(input)` is the same,
-    across every worker: `concurrency=Concurrency(key=lambda i: i.account_id, limit=1)`."""
+    across every worker: `concurrency=Concurrency(key=lambda i: i.account_id, limit=1)`.
+    `when_busy="fail"` settles a run whose key another run holds as failed (X_JOB_KEY_BUSY, the
+    outcome 'refused') instead of queueing it behind that run."""
 
     key: Callable[[Any], str]
     limit: int = 1
+    when_busy: WhenBusy = "wait"
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,6 +35,7 @@ class Limit:
 
     limit: int
     key: Callable[[Any], str] | None = None
+    when_busy: WhenBusy = "wait"
 
     @property
     def keyed(self) -> bool:
@@ -61,7 +67,13 @@ def parse_concurrency(job: str, concurrency: object) -> Limit | None:
                 f"job {job}: Concurrency(key=...) must be a function of the input",
                 detail={"job": job, "field": "concurrency.key"},
             )
-        return Limit(_positive(job, concurrency.limit, "concurrency.limit"), concurrency.key)
+        if concurrency.when_busy not in ("wait", "fail"):
+            raise DeclarationInvalid(
+                f"job {job}: when_busy must be 'wait' or 'fail', got {concurrency.when_busy!r}",
+                detail={"job": job, "field": "concurrency.when_busy"},
+            )
+        limit = _positive(job, concurrency.limit, "concurrency.limit")
+        return Limit(limit, concurrency.key, concurrency.when_busy)
     return Limit(_positive(job, concurrency, "concurrency"))
 
 

@@ -254,6 +254,7 @@ class Job(Generic[I]):
             replace=replace,
             concurrency=None if self.concurrency is None else self.concurrency.limit,
             concurrency_keyed=self.concurrency is not None and self.concurrency.keyed,
+            when_busy="wait" if self.concurrency is None else self.concurrency.when_busy,
         )
 
     def describe(self) -> dict[str, Any]:
@@ -265,7 +266,11 @@ class Job(Generic[I]):
             "concurrency": (
                 None
                 if self.concurrency is None
-                else {"limit": self.concurrency.limit, "keyed": self.concurrency.keyed}
+                else {
+                    "limit": self.concurrency.limit,
+                    "keyed": self.concurrency.keyed,
+                    "when_busy": self.concurrency.when_busy,
+                }
             ),
             "input": self.input_model.model_json_schema(),
             "idempotent": True,

@@ -34,6 +34,7 @@ OUTCOME_LABELS = {
     "completed": "ok",
     "retried": "failed",
     "dropped": "failed",
+    "refused": "failed",
     "dead-lettered": "dead",
 }
 

@@ -67,6 +67,7 @@ class Outcome(StrEnum):
     CANCELLED = "cancelled"  # an operator cancelled the row: nothing to settle
     LEASE_LOST = "lease-lost"  # another claim owns the row: nothing to settle
     UNOWNED = "unowned"  # the settle matched nothing
+    REFUSED = "refused"  # the claim settled it failed: another run held its concurrency key
 
 
 class Database(Protocol):

@@ -32,7 +32,7 @@ from durajobs._values.records import ClaimedJob
 from durajobs._values.states import DeclareOutcome
 from durajobs.declare.catalogue import deploy_label
 from durajobs.declare.registry import Registry, Settled
-from durajobs.errors import ConfigInvalid, Draining, JobDeclarationConflict
+from durajobs.errors import ConfigInvalid, Draining, JobDeclarationConflict, JobKeyBusy
 from durajobs.observe.metrics import WorkerMetrics
 from durajobs.observe.tracing import job_span, spans_active
 from durajobs.runtime._asyncio import CancelWatch
@@ -523,8 +523,11 @@ class Worker:
             position = self.queues.index(row.queue) if row.queue in self.queues else -1
             self._rotation = (position + 1) % len(self.queues)
         for row in (row for row in rows if row.buried):
-            self.metrics.observe(row.queue, "dead-lettered" if row.state == "dead" else "dropped")
-            self._background(self._announce_exhausted(row))
+            outcome = _buried_outcome(row)
+            self.metrics.observe(row.queue, outcome)
+            if outcome is Outcome.REFUSED:
+                self._outcomes[outcome] += 1
+            self._background(self._announce_exhausted(row, outcome))
         return started
 
     def _background(self, work: Coroutine[Any, Any, None]) -> None:
@@ -532,9 +535,10 @@ class Worker:
         self._chores.add(task)
         task.add_done_callback(self._chores.discard)
 
-    async def _announce_exhausted(self, row: ClaimedJob) -> None:
-        log.error(
-            "jobs.claim.exhausted",
+    async def _announce_exhausted(self, row: ClaimedJob, outcome: Outcome) -> None:
+        refused = outcome is Outcome.REFUSED
+        (log.warning if refused else log.error)(
+            "jobs.claim.refused" if refused else "jobs.claim.exhausted",
             extra={
                 "job": row.name,
                 "id": str(row.id),
@@ -551,10 +555,10 @@ class Worker:
                 job=row.name,
                 job_id=row.id,
                 run_id=row.run_id,
-                outcome="dead-lettered" if row.state == "dead" else "dropped",
+                outcome=str(outcome),
                 attempt=row.attempt,
-                error="LEASE_LAPSED_FINAL_ATTEMPT",
-                code=None,
+                error=row.last_error if refused else "LEASE_LAPSED_FINAL_ATTEMPT",
+                code=JobKeyBusy.code if refused else None,
                 input=row.input,
             ),
         )
@@ -702,3 +706,11 @@ class _Held:
             self.task.cancel()
         if not self.done.done():
             self.done.cancel()
+
+
+def _buried_outcome(row: ClaimedJob) -> Outcome:
+    """What the claim did with a row it settled itself: refused it (another run held its key),
+    or buried it (its lease lapsed on the final attempt)."""
+    if row.last_error is not None and row.last_error.startswith(JobKeyBusy.code):
+        return Outcome.REFUSED
+    return Outcome.DEAD_LETTERED if row.state == "dead" else Outcome.DROPPED

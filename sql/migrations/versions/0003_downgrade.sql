@@ -8,11 +8,14 @@ alter type jobs._enqueue_request
   drop attribute concurrency_key;
 
 alter type jobs.job_type
+  drop attribute when_busy,
   drop attribute concurrency_keyed,
   drop attribute concurrency;
 
 alter table jobs.declarations
+  drop constraint declarations_check1,
   drop constraint declarations_check,
+  drop column when_busy,
   drop column concurrency_keyed,
   drop column concurrency;
 
@@ -35,7 +38,7 @@ drop function if exists jobs._claim_limited(function_name text, queues text[], w
 
 drop function if exists jobs._sync_capped(name text, capped boolean);
 
-drop function if exists jobs.declare_job(name text, queue text, max_attempts integer, priority integer, tenant_required boolean, declared_by text, retry jsonb, timeout interval, input_schema jsonb, replace boolean, concurrency integer, concurrency_keyed boolean);
+drop function if exists jobs.declare_job(name text, queue text, max_attempts integer, priority integer, tenant_required boolean, declared_by text, retry jsonb, timeout interval, input_schema jsonb, replace boolean, concurrency integer, concurrency_keyed boolean, when_busy text);
 
 drop function if exists jobs.enqueue(name text, input jsonb, idempotency_key text, queue text, tenant_id text, run_at timestamp with time zone, max_attempts integer, priority integer, id uuid, run_id uuid, on_conflict text, traceparent text, enqueued_by text, concurrency_key text);
 

@@ -18,11 +18,14 @@ create index jobs_capped_running_idx
 alter table jobs.declarations
   add column concurrency integer check (concurrency >= 1),
   add column concurrency_keyed boolean not null default false,
-  add check (concurrency is not null or not concurrency_keyed);
+  add check (concurrency is not null or not concurrency_keyed),
+  add column when_busy text not null default 'wait' check (when_busy in ('wait', 'fail')),
+  add check (when_busy = 'wait' or concurrency_keyed);
 
 alter type jobs.job_type
   add attribute concurrency integer,
-  add attribute concurrency_keyed boolean;
+  add attribute concurrency_keyed boolean,
+  add attribute when_busy text;
 
 alter type jobs._enqueue_request
   add attribute concurrency_key text,
@@ -371,6 +374,7 @@ declare
   v_free uuid[];
   v_held uuid[];
   v_admitted uuid[];
+  v_refused uuid[];
   v_full_jobs text[];
   v_full_keys text[];
   v_lock bigint;
@@ -399,7 +403,7 @@ begin
   -- the groups already at their limit, counted without a lock: only to pass over their rows, so
   -- a backlog of one busy key never hides the other keys' rows behind it
   with limits as (
-    select d.name, d.concurrency, d.concurrency_keyed
+    select d.name, d.concurrency, d.concurrency_keyed, d.when_busy
       from jobs.declarations d
      where d.concurrency is not null
   ),
@@ -414,15 +418,16 @@ begin
            where not l.concurrency_keyed
              and (select sum(x.busy) from running x where x.name = l.name) >= l.concurrency),
            '{}'),
+         -- a 'fail' group's rows must be seen, to be refused
          coalesce(array_agg(x.name || E'\x1f' || x.concurrency_key) filter (
-           where l.concurrency_keyed and x.busy >= l.concurrency), '{}')
+           where l.concurrency_keyed and l.when_busy = 'wait' and x.busy >= l.concurrency), '{}')
     into v_full_jobs, v_full_keys
     from limits l
     left join running x on x.name = l.name;
 
   -- capped candidates in hand-out order, at most what each group has room for now
   with limits as (
-    select d.name, d.concurrency, d.concurrency_keyed
+    select d.name, d.concurrency, d.concurrency_keyed, d.when_busy
       from jobs.declarations d
      where d.concurrency is not null
   ),
@@ -443,7 +448,7 @@ begin
       ) w
   ),
   grouped as (
-    select w.id, l.concurrency as cap,
+    select w.id, l.concurrency as cap, l.when_busy,
            row_number() over (
              partition by w.name, case when l.concurrency_keyed then w.concurrency_key end
              order by w.priority, w.run_at, w.id) as nth
@@ -453,7 +458,7 @@ begin
   select coalesce(array_agg(g.id), '{}')
     into v_held
     from grouped g
-   where g.cap is null or g.nth <= g.cap;
+   where g.cap is null or g.when_busy = 'fail' or g.nth <= g.cap;
 
   select coalesce(array_agg(c.id), '{}')
     into v_held
@@ -485,34 +490,81 @@ begin
     -- under the locks, a statement of its own: what each group runs now, committed claims of
     -- the other claimers included
     with held as (
-      select j.id, j.name, j.priority, j.run_at, d.concurrency as cap,
+      select j.id, j.name, j.run_id, j.priority, j.run_at, d.concurrency as cap, d.when_busy,
              case when d.concurrency_keyed then j.concurrency_key end as group_key
         from jobs.jobs j
         left join jobs.declarations d on d.name = j.name and d.concurrency is not null
        where j.id = any(v_held)
     ),
     running as (
-      select r.name, r.concurrency_key, count(*) as busy
+      select r.name, r.concurrency_key, r.run_id, count(*) as busy
         from jobs.jobs r
        where r.state = 'running'
          and r.capped
          and r.name in (select h.name from held h)
-       group by r.name, r.concurrency_key
+       group by r.name, r.concurrency_key, r.run_id
     ),
     ranked as (
-      select h.id, h.cap,
+      select h.id, h.cap, h.when_busy,
              row_number() over (partition by h.name, h.group_key
                                 order by h.priority, h.run_at, h.id) as nth,
              (select coalesce(sum(x.busy), 0)
                 from running x
                where x.name = h.name
-                 and (h.group_key is null or x.concurrency_key = h.group_key)) as busy
+                 and (h.group_key is null or x.concurrency_key = h.group_key)) as busy,
+             (select coalesce(sum(x.busy), 0)
+                from running x
+               where x.name = h.name
+                 and x.concurrency_key = h.group_key
+                 and x.run_id = h.run_id) as busy_own
         from held h
+    ),
+    decided as (
+      select r.id,
+             r.cap is null or r.nth <= r.cap - r.busy as admitted,
+             -- refused only on evidence that another run holds the key: a running row of
+             -- another run, or an earlier candidate this claim admits
+             r.when_busy = 'fail'
+               and r.busy - r.busy_own + least(r.nth - 1, greatest(r.cap - r.busy, 0)) > 0
+               as refused
+        from ranked r
     )
-    select coalesce(array_agg(r.id), '{}')
-      into v_admitted
-      from ranked r
-     where r.cap is null or r.nth <= r.cap - r.busy;
+    select coalesce(array_agg(d.id) filter (where d.admitted), '{}'),
+           coalesce(array_agg(d.id) filter (where not d.admitted and d.refused), '{}')
+      into v_admitted, v_refused
+      from decided d;
+
+    if cardinality(v_refused) > 0 then
+      return query
+        with refused as (
+          update jobs.jobs j
+             set state = 'failed',
+                 last_error = format('X_JOB_KEY_BUSY: key %s of job %s is held by another run',
+                                     j.concurrency_key, j.name),
+                 last_error_code = 'X_JOB_KEY_BUSY',
+                 last_error_stack = null,
+                 claimed_by = _claim_limited.worker_id,
+                 claimed_at = _claim_limited.now,
+                 lease_expires_at = null,
+                 finished_at = _claim_limited.now,
+                 updated_at = _claim_limited.now
+           where j.id = any(v_refused)
+          returning j.id, j.run_id, j.name, j.queue, j.input, j.tenant_id, j.state, j.attempt,
+                    j.max_attempts, j.claims, j.priority, j.run_at, j.created_at,
+                    j.lease_expires_at, j.last_error, j.traceparent, j.enqueued_by, j.claimed_at
+        ),
+        -- a refusal ends the row, so it counts where a settle would: as failed
+        counted as (
+          select jobs._count_settled(_claim_limited.now, array_agg(r.name), array_agg(r.state),
+                                     array_agg(r.claimed_at))
+            from refused r
+        )
+        select r.id, r.run_id, r.name, r.queue, r.input, r.tenant_id, r.state, r.attempt,
+               r.max_attempts, r.claims, r.priority, r.run_at, r.created_at, r.lease_expires_at,
+               r.last_error, r.traceparent, r.enqueued_by, null::boolean
+          from refused r
+         cross join counted;
+    end if;
   end if;
 
   return query
@@ -579,7 +631,7 @@ AS $function$
      and j.capped <> _sync_capped.capped
 $function$;
 
-CREATE OR REPLACE FUNCTION jobs.declare_job(name text, queue text, max_attempts integer, priority integer, tenant_required boolean, declared_by text, retry jsonb DEFAULT '{}'::jsonb, timeout interval DEFAULT NULL::interval, input_schema jsonb DEFAULT '{}'::jsonb, replace boolean DEFAULT false, concurrency integer DEFAULT NULL::integer, concurrency_keyed boolean DEFAULT false)
+CREATE OR REPLACE FUNCTION jobs.declare_job(name text, queue text, max_attempts integer, priority integer, tenant_required boolean, declared_by text, retry jsonb DEFAULT '{}'::jsonb, timeout interval DEFAULT NULL::interval, input_schema jsonb DEFAULT '{}'::jsonb, replace boolean DEFAULT false, concurrency integer DEFAULT NULL::integer, concurrency_keyed boolean DEFAULT false, when_busy text DEFAULT 'wait'::text)
  RETURNS jobs.declare_result
  LANGUAGE plpgsql
  SET search_path TO 'pg_catalog', 'pg_temp'
@@ -620,15 +672,20 @@ begin
     perform jobs._invalid('jobs.declare_job', 'concurrency_keyed',
                           'must be true or false, and true only with a concurrency');
   end if;
+  if declare_job.when_busy is null or declare_job.when_busy not in ('wait', 'fail')
+     or (declare_job.when_busy = 'fail' and not declare_job.concurrency_keyed) then
+    perform jobs._invalid('jobs.declare_job', 'when_busy',
+                          'must be ''wait'', or ''fail'' with a keyed concurrency');
+  end if;
 
   insert into jobs.declarations as t (
     name, queue, max_attempts, priority, tenant_required, retry, timeout, input_schema,
-    declared_by, declared_at, seen_at, concurrency, concurrency_keyed)
+    declared_by, declared_at, seen_at, concurrency, concurrency_keyed, when_busy)
   values (
     declare_job.name, declare_job.queue, declare_job.max_attempts, declare_job.priority,
     declare_job.tenant_required, coalesce(declare_job.retry, '{}'), declare_job.timeout,
     coalesce(declare_job.input_schema, '{}'), declare_job.declared_by, v_now, v_now,
-    declare_job.concurrency, declare_job.concurrency_keyed)
+    declare_job.concurrency, declare_job.concurrency_keyed, declare_job.when_busy)
   on conflict on constraint declarations_pkey do nothing;
   if found then
     -- rows enqueued before any declaration were not capped
@@ -654,7 +711,9 @@ begin
                   to_jsonb(declare_job.tenant_required)),
                  ('concurrency', to_jsonb(v_stored.concurrency), to_jsonb(declare_job.concurrency)),
                  ('concurrency_keyed', to_jsonb(v_stored.concurrency_keyed),
-                  to_jsonb(declare_job.concurrency_keyed))) as d(field, stored, declared)
+                  to_jsonb(declare_job.concurrency_keyed)),
+                 ('when_busy', to_jsonb(v_stored.when_busy), to_jsonb(declare_job.when_busy)))
+         as d(field, stored, declared)
    where d.stored is distinct from d.declared;
 
   if v_differences = '{}' then
@@ -683,7 +742,8 @@ begin
          declared_at = v_now,
          seen_at = v_now,
          concurrency = declare_job.concurrency,
-         concurrency_keyed = declare_job.concurrency_keyed
+         concurrency_keyed = declare_job.concurrency_keyed,
+         when_busy = declare_job.when_busy
    where t.name = declare_job.name;
   perform jobs._sync_capped(declare_job.name, declare_job.concurrency is not null);
   return (declare_job.name, 'replaced', v_differences, v_stored.declared_by)::jobs.declare_result;
@@ -1120,7 +1180,7 @@ CREATE OR REPLACE FUNCTION jobs.job_types()
 AS $function$
   select t.name, t.queue, t.max_attempts, t.priority, t.tenant_required, t.retry, t.timeout,
          t.input_schema, t.declared_by, t.declared_at, t.seen_at, t.concurrency,
-         t.concurrency_keyed
+         t.concurrency_keyed, t.when_busy
     from jobs.declarations t
    order by t.name collate "C"
 $function$;

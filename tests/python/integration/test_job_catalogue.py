@@ -202,7 +202,7 @@ def test_jobs_types_lists_the_catalogue_and_forget_type_removes_a_name(cli):
     assert set(document["job_types"][0]) == {
         "name", "queue", "max_attempts", "priority", "tenant_required", "retry", "timeout",
         "input_schema", "declared_by", "declared_at", "seen_at", "concurrency",
-        "concurrency_keyed",
+        "concurrency_keyed", "when_busy",
     }  # fmt: skip
     status, out, _ = cli("jobs", "types")
     lines = out.splitlines()

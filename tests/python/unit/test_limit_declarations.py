@@ -52,7 +52,18 @@ def test_the_declaration_reaches_the_catalogue_call_and_the_description():
     keyed = _declare(Concurrency(key=lambda item: item.key, limit=3))
     params = keyed.declaration(declared_by="t").params
     assert (params["concurrency"], params["concurrency_keyed"]) == (3, True)
-    assert keyed.describe()["concurrency"] == {"limit": 3, "keyed": True}
+    assert keyed.describe()["concurrency"] == {"limit": 3, "keyed": True, "when_busy": "wait"}
     plain = _declare(None)
     assert "concurrency" not in plain.declaration(declared_by="t").params
     assert plain.describe()["concurrency"] is None
+
+
+def test_an_unknown_busy_rule_is_refused():
+    with pytest.raises(DeclarationInvalid, match="when_busy"):
+        _declare(Concurrency(key=str, limit=1, when_busy="later"))  # type: ignore[arg-type]
+
+
+def test_the_busy_rule_reaches_the_catalogue_call():
+    fails = _declare(Concurrency(key=lambda item: item.key, limit=1, when_busy="fail"))
+    assert fails.declaration(declared_by="t").params["when_busy"] == "fail"
+    assert fails.describe()["concurrency"]["when_busy"] == "fail"
