@@ -4737,6 +4737,17 @@ alter type jobs.job_type
   add attribute concurrency_keyed boolean,
   add attribute when_busy text;
 
+create type jobs.limit_row as (
+  name text,
+  concurrency_key text,
+  concurrency integer,
+  when_busy text,
+  running bigint,
+  waiting bigint,
+  held_back bigint,
+  holders text[]
+);
+
 alter type jobs._enqueue_request
   add attribute concurrency_key text,
   add attribute capped boolean,
@@ -5882,6 +5893,67 @@ begin
 end;
 $function$;
 
+CREATE OR REPLACE FUNCTION jobs.inspect_job(id uuid)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+declare
+  v_job jobs.jobs;
+begin
+  if id is null then
+    perform jobs._invalid('jobs.inspect_job', 'id', 'must be a job id');
+  end if;
+  select j.* into v_job from jobs.jobs j where j.id = inspect_job.id;
+  if not found then
+    perform jobs._raise('X_JOB_NOT_FOUND',
+                        format('jobs.inspect_job: no job has id %s', inspect_job.id),
+                        jsonb_build_object('function', 'jobs.inspect_job', 'id', inspect_job.id));
+  end if;
+
+  return jsonb_build_object(
+    'job', to_jsonb(v_job),
+    'steps', coalesce((
+      select jsonb_agg(jsonb_build_object(
+               'name', s.name,
+               'status', s.status,
+               'attempts', s.attempts,
+               'started_at', s.started_at,
+               'updated_at', s.updated_at,
+               'finished_at', s.finished_at,
+               'wake_at', s.wake_at,
+               'duration_ms', (extract(epoch from (s.finished_at - s.started_at)) * 1000)::bigint,
+               'output_bytes', octet_length(s.output::text),
+               'error', s.error)
+             order by s.started_at, s.name)
+        from jobs.steps s
+       where s.run_id = v_job.run_id), '[]'::jsonb),
+    'queue_paused', exists (select 1 from jobs.queue_pauses p where p.queue = v_job.queue),
+    'limit', (
+      select jsonb_build_object(
+               'concurrency', d.concurrency,
+               'keyed', d.concurrency_keyed,
+               'when_busy', d.when_busy,
+               'key', case when d.concurrency_keyed then v_job.concurrency_key end,
+               'running', running.n,
+               'held_back', v_job.state in ('ready', 'delayed', 'suspended')
+                              and v_job.run_at <= jobs._now()
+                              and running.n >= d.concurrency)
+        from jobs.declarations d
+        cross join lateral (
+          select count(*) as n
+            from jobs.jobs r
+           where r.state = 'running'
+             and r.capped
+             and r.name = d.name
+             and (not d.concurrency_keyed or r.concurrency_key = v_job.concurrency_key)
+        ) running
+       where d.name = v_job.name
+         and d.concurrency is not null));
+end;
+$function$;
+
 CREATE OR REPLACE FUNCTION jobs.job_types()
  RETURNS SETOF jobs.job_type
  LANGUAGE sql
@@ -5893,6 +5965,45 @@ AS $function$
          t.concurrency_keyed, t.when_busy
     from jobs.declarations t
    order by t.name collate "C"
+$function$;
+
+CREATE OR REPLACE FUNCTION jobs.limits(name text DEFAULT NULL::text)
+ RETURNS SETOF jobs.limit_row
+ LANGUAGE sql
+ STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+  with limits as (
+    select d.name, d.concurrency, d.concurrency_keyed, d.when_busy
+      from jobs.declarations d
+     where d.concurrency is not null
+       and (limits.name is null or d.name = limits.name)
+  ),
+  live as (
+    select l.name, case when l.concurrency_keyed then j.concurrency_key end as group_key,
+           j.state, j.run_at, j.claimed_by
+      from limits l
+      join jobs.jobs j
+        on j.name = l.name
+       and j.capped
+       and j.state in ('ready', 'delayed', 'running', 'suspended')
+  ),
+  grouped as (
+    select l.name, g.group_key, l.concurrency, l.when_busy,
+           count(g.state) filter (where g.state = 'running') as running,
+           count(g.state) filter (where g.state <> 'running') as waiting,
+           count(g.state) filter (where g.state <> 'running' and g.run_at <= jobs._now()) as due,
+           coalesce(array_agg(distinct g.claimed_by order by g.claimed_by)
+                      filter (where g.state = 'running'), '{}') as holders
+      from limits l
+      left join live g on g.name = l.name
+     group by l.name, g.group_key, l.concurrency, l.when_busy
+  )
+  select g.name, g.group_key, g.concurrency, g.when_busy, g.running, g.waiting,
+         case when g.running >= g.concurrency then g.due else 0 end,
+         g.holders
+    from grouped g
+   order by g.name collate "C", g.group_key collate "C" nulls first
 $function$;
 
 CREATE OR REPLACE FUNCTION jobs.outbox_stage(name text, input jsonb, idempotency_key text, queue text DEFAULT NULL::text, tenant_id text DEFAULT NULL::text, run_at timestamp with time zone DEFAULT NULL::timestamp with time zone, max_attempts integer DEFAULT NULL::integer, priority integer DEFAULT NULL::integer, run_id uuid DEFAULT NULL::uuid, traceparent text DEFAULT NULL::text, enqueued_by text DEFAULT NULL::text, concurrency_key text DEFAULT NULL::text)

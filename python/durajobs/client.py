@@ -20,6 +20,7 @@ from durajobs._values.records import (
     Fence,
     JobSummary,
     JobType,
+    LimitRow,
     PurgeResult,
     QueueDepth,
     QueueStat,
@@ -192,6 +193,10 @@ class Client:
 
     def forget_job_type(self, name: str) -> bool:
         return self.run(calls.forget_job_type(name))
+
+    def limits(self, name: str | None = None) -> list[LimitRow]:
+        """Each concurrency limit (per key when keyed): what runs, waits and is held back."""
+        return self.run(calls.limits(name))
 
     def rollup_counters(self) -> dict[str, int]:
         return self.run(calls.rollup_counters())

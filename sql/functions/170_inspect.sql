@@ -1,12 +1,15 @@
 -- 170_inspect: one job in full, and the queue depth an autoscaler scales on.
 --
--- Tables: jobs.jobs, jobs.steps, jobs.queue_pauses, jobs.workers (read). Locks nothing.
+-- Tables: jobs.jobs, jobs.steps, jobs.queue_pauses, jobs.workers, jobs.declarations (read).
+-- Locks nothing.
 
 -- jobs.inspect_job: everything stored about one job, as one JSON document.
 -- Arguments: id. Answers {"job": the row (every column, input and progress included),
 -- "steps": the run's step trace in the order the steps started, each {name, status, attempts,
 -- started_at, updated_at, finished_at, wake_at, duration_ms (NULL until it finished),
--- output_bytes, error}, "queue_paused": whether its queue is paused}.
+-- output_bytes, error}, "queue_paused": whether its queue is paused, "limit": NULL, or for a
+-- job declaring a concurrency limit {concurrency, keyed, when_busy, key, running (in its group
+-- now), held_back (waiting and due while its group runs at the limit)}}.
 -- Raises X_JOB_NOT_FOUND. Locks nothing.
 create function jobs.inspect_job(id uuid)
 returns jsonb
@@ -44,7 +47,28 @@ begin
              order by s.started_at, s.name)
         from jobs.steps s
        where s.run_id = v_job.run_id), '[]'::jsonb),
-    'queue_paused', exists (select 1 from jobs.queue_pauses p where p.queue = v_job.queue));
+    'queue_paused', exists (select 1 from jobs.queue_pauses p where p.queue = v_job.queue),
+    'limit', (
+      select jsonb_build_object(
+               'concurrency', d.concurrency,
+               'keyed', d.concurrency_keyed,
+               'when_busy', d.when_busy,
+               'key', case when d.concurrency_keyed then v_job.concurrency_key end,
+               'running', running.n,
+               'held_back', v_job.state in ('ready', 'delayed', 'suspended')
+                              and v_job.run_at <= jobs._now()
+                              and running.n >= d.concurrency)
+        from jobs.declarations d
+        cross join lateral (
+          select count(*) as n
+            from jobs.jobs r
+           where r.state = 'running'
+             and r.capped
+             and r.name = d.name
+             and (not d.concurrency_keyed or r.concurrency_key = v_job.concurrency_key)
+        ) running
+       where d.name = v_job.name
+         and d.concurrency is not null));
 end;
 $$;
 

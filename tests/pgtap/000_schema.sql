@@ -137,7 +137,8 @@ select col_is_unique('jobs', 'error_codes', 'sqlstate', 'no two codes share a sq
 select types_are('jobs', array['enqueue_result', '_enqueue_request', 'claimed_job', 'settle_result',
                                'step_record', 'queue_stat', 'outbox_record', 'event_lookup',
                                'task_state', 'job_summary', 'bulk_result', 'counter_row',
-                               'queue_depth_row', 'purge_result', 'job_type', 'declare_result'],
+                               'queue_depth_row', 'purge_result', 'job_type', 'declare_result',
+                               'limit_row'],
                  'schema jobs declares the answer types');
 select has_composite('jobs', 'enqueue_result', 'jobs.enqueue_result exists');
 

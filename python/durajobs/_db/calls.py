@@ -27,6 +27,7 @@ from durajobs._values.records import (
     Fence,
     JobSummary,
     JobType,
+    LimitRow,
     OutboxRecord,
     PurgeResult,
     QueueDepth,
@@ -676,3 +677,7 @@ def job_types() -> Call[list[JobType]]:
 
 def forget_job_type(name: str) -> Call[bool]:
     return _call("jobs.forget_job_type", "", {"name": name}, _scalar, scalar=True)
+
+
+def limits(name: str | None = None) -> Call[list[LimitRow]]:
+    return _call("jobs.limits", LimitRow.COLUMNS, {"name": name}, _all(LimitRow.from_row))

@@ -328,6 +328,20 @@ class JobType(Answer):
 
 
 @dataclass(frozen=True, slots=True)
+class LimitRow(Answer):
+    """One limited job, or one key of a keyed limit, as `jobs.limits()` answers it."""
+
+    name: str
+    concurrency_key: str | None
+    concurrency: int
+    when_busy: str
+    running: int
+    waiting: int
+    held_back: int  # due rows waiting because the group runs at its limit
+    holders: list[str]  # the workers running its attempts
+
+
+@dataclass(frozen=True, slots=True)
 class Declared(Answer):
     """What `jobs.declare_job` did; `differences` maps each differing field to the stored and the
     declared value (for a conflict or a replacement)."""

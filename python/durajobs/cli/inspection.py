@@ -36,6 +36,9 @@ class JobDetail:
     steps: list[dict[str, Any]]
     queue_paused: bool
     retries_ahead: list[RetryAhead] | None
+    # the job's concurrency limit and its group now: {concurrency, keyed, when_busy, key,
+    # running, held_back}, or None for a job without one
+    limit: dict[str, Any] | None = None
 
     @property
     def state(self) -> JobState:
@@ -49,6 +52,7 @@ class JobDetail:
             "retries_ahead": None
             if self.retries_ahead is None
             else [retry.as_json() for retry in self.retries_ahead],
+            "limit": self.limit,
         }
 
 
@@ -81,4 +85,5 @@ def job_detail(document: dict[str, Any], registry: Registry | None = None) -> Jo
         steps=list(document["steps"]),
         queue_paused=bool(document["queue_paused"]),
         retries_ahead=retries_ahead(job, registry),
+        limit=document.get("limit"),
     )

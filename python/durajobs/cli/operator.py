@@ -88,6 +88,7 @@ from durajobs._values.records import (
     CounterTotal,
     JobSummary,
     JobType,
+    LimitRow,
     QueueDepth,
     QueueStat,
     TaskState,
@@ -299,7 +300,23 @@ def _job_fields(detail: JobDetail) -> list[tuple[str, str]]:
         ("input", render.clip(json.dumps(job.get("input")), 100)),
         ("progress", _progress_text(job.get("progress"))),
         ("last error", _last_error_text(job)),
+        ("limit", _limit_detail_text(detail.limit)),
     ]
+
+
+def _limit_detail_text(limit: dict[str, Any] | None) -> str:
+    """The job's concurrency limit and what it does to this row now."""
+    if limit is None:
+        return render.NOTHING
+    text = f"{limit['concurrency']}"
+    if limit["keyed"]:
+        text += f" per key {limit['key']!r}"
+        if limit["when_busy"] == "fail":
+            text += " (refused when busy)"
+    text += f", {limit['running']} running"
+    if limit["held_back"]:
+        text += ": held back until a place is free"
+    return text
 
 
 def _output_size(size: Any) -> str:
@@ -587,6 +604,31 @@ def _limit_text(kind: JobType) -> str:
     if kind.concurrency is None:
         return "-"
     return f"{kind.concurrency} per key" if kind.concurrency_keyed else str(kind.concurrency)
+
+
+def _limits_text(rows: Sequence[LimitRow]) -> str:
+    if not rows:
+        return "no job declares a concurrency limit"
+    headers = ["JOB", "KEY", "LIMIT", "RUNNING", "WAITING", "HELD BACK", "HOLDERS"]
+    table = [
+        [
+            row.name,
+            render.text(row.concurrency_key),
+            f"{row.concurrency}{' (fail)' if row.when_busy == 'fail' else ''}",
+            str(row.running),
+            str(row.waiting),
+            str(row.held_back),
+            ", ".join(row.holders) or render.NOTHING,
+        ]
+        for row in rows
+    ]
+    return render.table(headers, table)
+
+
+def _cmd_limits_show(args: argparse.Namespace) -> int:
+    with _connect(args) as client:
+        rows = client.limits(args.name)
+    return _answer(args, {"limits": rows}, _limits_text(rows))
 
 
 def _cmd_jobs_types(args: argparse.Namespace) -> int:
@@ -909,3 +951,13 @@ def add_operator_commands(commands: Subcommands, with_database: WithDatabase) ->
     _add_tasks(commands, with_database)
     _leaf(commands, "workers", "the live workers", _cmd_workers, with_database)
     _add_counters(commands, with_database)
+    limits = commands.add_parser("limits", help="the concurrency limits and what they hold")
+    limit_actions = limits.add_subparsers(dest="limits_command", required=True)
+    show = _leaf(
+        limit_actions,
+        "show",
+        "each limited job (and key): its limit, what runs, waits and is held back, the holders",
+        _cmd_limits_show,
+        with_database,
+    )
+    show.add_argument("--name", help="only this job")

@@ -2,6 +2,9 @@
 -- Never edit after release: a change ships as a new revision.
 
 -- >>> schema changes: tables, types, indexes, rows (by hand; kept on regeneration)
+-- cascade: jobs.limits goes with its answer type, before the generated part
+drop type jobs.limit_row cascade;
+
 alter type jobs._enqueue_request
   drop attribute concurrency_keyed,
   drop attribute capped,
@@ -859,6 +862,46 @@ AS $function$
 begin
   delete from jobs.declarations t where t.name = forget_job_type.name;
   return found;
+end;
+$function$;
+
+CREATE OR REPLACE FUNCTION jobs.inspect_job(id uuid)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+declare
+  v_job jobs.jobs;
+begin
+  if id is null then
+    perform jobs._invalid('jobs.inspect_job', 'id', 'must be a job id');
+  end if;
+  select j.* into v_job from jobs.jobs j where j.id = inspect_job.id;
+  if not found then
+    perform jobs._raise('X_JOB_NOT_FOUND',
+                        format('jobs.inspect_job: no job has id %s', inspect_job.id),
+                        jsonb_build_object('function', 'jobs.inspect_job', 'id', inspect_job.id));
+  end if;
+
+  return jsonb_build_object(
+    'job', to_jsonb(v_job),
+    'steps', coalesce((
+      select jsonb_agg(jsonb_build_object(
+               'name', s.name,
+               'status', s.status,
+               'attempts', s.attempts,
+               'started_at', s.started_at,
+               'updated_at', s.updated_at,
+               'finished_at', s.finished_at,
+               'wake_at', s.wake_at,
+               'duration_ms', (extract(epoch from (s.finished_at - s.started_at)) * 1000)::bigint,
+               'output_bytes', octet_length(s.output::text),
+               'error', s.error)
+             order by s.started_at, s.name)
+        from jobs.steps s
+       where s.run_id = v_job.run_id), '[]'::jsonb),
+    'queue_paused', exists (select 1 from jobs.queue_pauses p where p.queue = v_job.queue));
 end;
 $function$;
 
