@@ -17,39 +17,64 @@ T = TypeVar("T")
 # a connection back in the pool for less than this is trusted without a round trip: under load
 # the check would double every call, and a connection that just worked rarely broke since
 CHECK_AFTER_IDLE_SECONDS = 2.0
+# how long a call waits for a free connection before it fails (PoolTimeout); a worker passes a
+# fraction of its lease, so a renewal never waits longer than the lease has left
+DEFAULT_WAIT_SECONDS = 30.0
+# libpq's own connect timeout, unless the URL sets one: a server that accepts no connection
+# must not hold the pool's growing for minutes
+CONNECT_TIMEOUT_SECONDS = 5
 
 
 class AsyncDatabase:
     """Run calls on pooled autocommit connections: each call is its own short transaction."""
 
-    def __init__(self, database_url: str, *, min_size: int = 1, max_size: int = 10) -> None:
+    def __init__(
+        self,
+        database_url: str,
+        *,
+        min_size: int = 1,
+        max_size: int = 10,
+        wait_timeout: float = DEFAULT_WAIT_SECONDS,
+    ) -> None:
         self.database_url = database_url
         self._sizes = (min_size, max_size)
+        self._wait_timeout = wait_timeout
         self._returned: weakref.WeakKeyDictionary[psycopg.AsyncConnection[Any], float] = (
             weakref.WeakKeyDictionary()
         )
         self.pool = self._new_pool()
 
     def _new_pool(self) -> AsyncConnectionPool[psycopg.AsyncConnection[Any]]:
+        kwargs: dict[str, Any] = {"autocommit": True}
+        if "connect_timeout" not in psycopg.conninfo.conninfo_to_dict(self.database_url):
+            kwargs["connect_timeout"] = CONNECT_TIMEOUT_SECONDS
+        # no `check=`: the pool sleeps 1, 2, 4 s ... between connections that fail it, so a
+        # worker whose backends were all terminated stalled for up to 30 s; run() checks instead
         return AsyncConnectionPool(
             self.database_url,
             min_size=self._sizes[0],
             max_size=self._sizes[1],
-            kwargs={"autocommit": True},
-            # a connection a Postgres restart broke is replaced before use, not failed on an ack
-            check=self._check_if_idle,
+            kwargs=kwargs,
             reset=self._stamp_returned,
+            timeout=self._wait_timeout,
             open=False,
         )
 
     async def _stamp_returned(self, connection: psycopg.AsyncConnection[Any]) -> None:
         self._returned[connection] = time.monotonic()
 
-    async def _check_if_idle(self, connection: psycopg.AsyncConnection[Any]) -> None:
+    async def _alive(self, connection: psycopg.AsyncConnection[Any]) -> bool:
+        """A connection that idled is asked one empty query; a dead one is closed, which makes
+        the pool drop it and open another when it is given back."""
         returned = self._returned.get(connection)
         if returned is not None and time.monotonic() - returned < CHECK_AFTER_IDLE_SECONDS:
-            return
-        await AsyncConnectionPool.check_connection(connection)
+            return True
+        try:
+            await connection.execute("")
+        except psycopg.Error:
+            await connection.close()
+            return False
+        return True
 
     async def open(self) -> None:
         """Open the pool (a fresh one after a close) and check the schema version."""
@@ -67,6 +92,13 @@ class AsyncDatabase:
         await self.pool.close()
 
     async def run(self, call: Call[T]) -> T:
+        """Run `call` on a live pooled connection. Dead ones met on the way are dropped at once
+        (a Postgres restart or terminated backends leave a pool of them); after as many as the
+        pool holds, the pool has opened fresh ones, and the last try takes one unchecked."""
+        for _ in range(self._sizes[1]):
+            async with self.pool.connection() as connection:
+                if await self._alive(connection):
+                    return await execute_async(connection, call)
         async with self.pool.connection() as connection:
             return await execute_async(connection, call)
 

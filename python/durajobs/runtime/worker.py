@@ -117,8 +117,14 @@ class Worker:
         self.idle_ceiling = parse_duration(idle_ceiling, field="idle_ceiling")
         self.woken_idle_ceiling = parse_duration(woken_idle_ceiling, field="woken_idle_ceiling")
         self.worker_id = worker_id or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
-        # heartbeats, step writes and settles share it: enough for every slot to be busy
-        self.db = AsyncDatabase(database_url, max_size=min(max(self.capacity + 2, 4), 20))
+        # heartbeats, step writes and settles share it: enough for every slot to be busy. A
+        # call waits a third of the lease for a connection at most: a renewal stuck longer
+        # would let the lease lapse while it waited
+        self.db = AsyncDatabase(
+            database_url,
+            max_size=min(max(self.capacity + 2, 4), 20),
+            wait_timeout=max(self.visibility.total_seconds() / 3, 1.0),
+        )
         self._listen = listen
         self._wake: QueueWake | None = None
         self._running: dict[uuid.UUID, _Held] = {}
