@@ -61,12 +61,14 @@ from durajobs.errors import (
     JobNotRequeueable,
     JobPageInvalid,
     JobRowStatusUnknown,
+    JobTenantMismatch,
     JobTenantRequired,
     JobTimeout,
     OutboxNoTransaction,
     SchemaVersionMismatch,
     StepDuplicate,
     StepOutputInvalid,
+    TenancyActorOrgRequired,
 )
 from durajobs.runtime.attempt import JobContext, JobExecution, Outcome, SyncJobContext
 from durajobs.runtime.worker import Worker
@@ -113,6 +115,7 @@ __all__ = [
     "JobPageInvalid",
     "JobRowStatusUnknown",
     "JobState",
+    "JobTenantMismatch",
     "JobTenantRequired",
     "JobTimeout",
     "JobType",
@@ -130,6 +133,7 @@ __all__ = [
     "StepRecord",
     "StepStatus",
     "SyncJobContext",
+    "TenancyActorOrgRequired",
     "Worker",
     "calls",
     "check_schema",

@@ -197,6 +197,17 @@ class JobDeclarationConflict(DurajobsError):
     code = "X_JOB_DECLARATION_CONFLICT"
 
 
+class JobTenantMismatch(DurajobsError, ValueError):
+    """The tenant a run acts for is not the one its input names (terminal: retrying cannot fix
+    a stored row)."""
+
+    code = "X_JOB_TENANT_MISMATCH"
+
+
+class TenancyActorOrgRequired(DurajobsError, ValueError):
+    code = "X_TENANCY_ACTOR_ORG_REQUIRED"
+
+
 class JobKeyBusy(DurajobsError):
     """Stored as a refused run's last_error_code: another run held its concurrency key."""
 

@@ -30,7 +30,9 @@ from durajobs.errors import (
     IdempotencyRequired,
     JobDuplicate,
     JobInputInvalid,
+    JobTenantMismatch,
     JobTenantRequired,
+    TenancyActorOrgRequired,
 )
 from durajobs.observe.tracing import current_traceparent
 
@@ -148,11 +150,25 @@ class Job(Generic[I]):
                 f"job {self.name}: idempotency_key answered {key!r}; it must be a non-empty string",
                 detail={"job": self.name},
             )
+        tenant_id = None if self.tenant == NO_TENANT else self.tenant(model)
+        enqueued_by = None
         if actor is not None:
-            tenant_id, enqueued_by = actor.org_id, actor.id
-        else:
-            tenant_id = None if self.tenant == NO_TENANT else self.tenant(model)
-            enqueued_by = None
+            enqueued_by = actor.id
+            if self.tenant == NO_TENANT:
+                # the actor's org is the only tenant such a job can act for
+                if not actor.org_id:
+                    raise TenancyActorOrgRequired(
+                        f"job {self.name} has no tenant of its own, and actor {actor.id!r} "
+                        "belongs to no org",
+                        detail={"job": self.name, "actor": actor.id},
+                    )
+                tenant_id = actor.org_id
+            elif actor.org_id != tenant_id:
+                raise JobTenantMismatch(
+                    f"job {self.name}: actor {actor.id!r} acts for org {actor.org_id!r}, the "
+                    f"input names tenant {tenant_id!r}",
+                    detail={"job": self.name, "actor_org": actor.org_id, "tenant": tenant_id},
+                )
         if delay is not None and run_at is not None:
             raise DeclarationInvalid("pass delay or run_at, not both", detail={"job": self.name})
         if run_at is not None and run_at.tzinfo is None:

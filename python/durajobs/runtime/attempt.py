@@ -27,7 +27,7 @@ from pydantic import BaseModel
 from durajobs._db import calls
 from durajobs._values.records import ClaimedJob, EventLookup, StepRecord
 from durajobs._values.states import NackTarget, StepStatus
-from durajobs.declare.registry import Job, Registry, Settled
+from durajobs.declare.registry import NO_TENANT, Job, Registry, Settled
 from durajobs.declare.retry import ErrorClass, classify
 from durajobs.errors import (
     Aborted,
@@ -37,6 +37,7 @@ from durajobs.errors import (
     JobCancelled,
     JobLeaseLost,
     JobRowStatusUnknown,
+    JobTenantMismatch,
     JobTimeout,
 )
 from durajobs.runtime.acks import AckBatcher
@@ -459,6 +460,16 @@ class Attempt:
         """Parse the input, build the context and start the body: a task, or a thread."""
         claimed = self.claimed
         model = job.parse(claimed.input)
+        if job.tenant != NO_TENANT:
+            # the row's tenant is what the run acts for: it must be the one its input names, or
+            # a row written before the tenant rule (or by hand) would act for the wrong org
+            named = job.tenant(model)
+            if named != claimed.tenant_id:
+                raise JobTenantMismatch(
+                    f"job {claimed.name}: the row acts for tenant {claimed.tenant_id!r}, its "
+                    f"input names {named!r}",
+                    detail={"job": claimed.name, "tenant": claimed.tenant_id, "named": named},
+                )
         fields: dict[str, Any] = {
             "input": model,
             "job": claimed.name,

@@ -255,21 +255,39 @@ def test_enqueue_async_uses_the_registry_database(database_url, client):
     assert _count(client) == 1
 
 
-def test_as_stamps_the_actor_as_tenant_and_enqueuer(database_url, client):
+def test_as_stamps_the_actor_as_enqueuer_of_its_own_orgs_job(database_url, client):
     calls: list = []
     job = declare_invoice(durajobs.Registry(database_url=database_url), calls=calls)
-    result = job.as_(Actor(id="user-7", org_id="org-9"), {"invoice_id": 1, "org_id": "acme"})
+    result = job.as_(Actor(id="user-7", org_id="acme"), {"invoice_id": 1, "org_id": "acme"})
     row = _row(client, result.id)
-    assert row["tenant_id"] == "org-9"  # the actor's org, not the tenant function's answer
+    assert row["tenant_id"] == "acme"
     assert row["enqueued_by"] == "user-7"
     assert row["state"] == "ready"
     assert calls == []  # queued, never run inline
 
     later = job.as_(
-        Actor(id="user-8", org_id=None), {"invoice_id": 2, "org_id": "acme"}, delay="1h"
+        Actor(id="user-8", org_id="acme"), {"invoice_id": 2, "org_id": "acme"}, delay="1h"
     )
     row = _row(client, later.id)
-    assert (row["tenant_id"], row["enqueued_by"], row["state"]) == (None, "user-8", "delayed")
+    assert (row["tenant_id"], row["enqueued_by"], row["state"]) == ("acme", "user-8", "delayed")
+
+
+def test_an_actor_of_another_org_than_the_input_names_is_refused(database_url, client):
+    """R33: an org's member must not enqueue work for another org through the queue."""
+    job = declare_invoice(durajobs.Registry(database_url=database_url))
+    for org in ("org-9", None):
+        with pytest.raises(durajobs.JobTenantMismatch) as refused:
+            job.as_(Actor(id="user-7", org_id=org), {"invoice_id": 1, "org_id": "acme"})
+        assert refused.value.detail == {"job": "invoice.send", "actor_org": org, "tenant": "acme"}
+    assert client.list_jobs() == [], "nothing was stored"
+
+
+def test_a_tenantless_job_acts_for_its_actors_org_and_needs_one(database_url, client):
+    job = declare_invoice(durajobs.Registry(database_url=database_url), tenant="none")
+    stored = job.as_(Actor(id="user-7", org_id="org-9"), {"invoice_id": 1, "org_id": "acme"})
+    assert _row(client, stored.id)["tenant_id"] == "org-9"
+    with pytest.raises(durajobs.TenancyActorOrgRequired):
+        job.as_(Actor(id="user-8", org_id=None), {"invoice_id": 2, "org_id": "acme"})
 
 
 def test_as_validates_input_like_enqueue(database_url, client):

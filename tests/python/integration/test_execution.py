@@ -272,7 +272,7 @@ def test_the_context_carries_the_claimed_row(database_url, connect):
     async def job(ctx):
         seen.append(ctx)
 
-    actor = Actor(id="user-1", org_id="org-9")
+    actor = Actor(id="user-1", org_id="org-a")  # the org the input names
     queued = job.as_(actor, Counted(key="a", n=3))
 
     async def scenario(db):
@@ -288,7 +288,7 @@ def test_the_context_carries_the_claimed_row(database_url, connect):
         "billing",
     )
     assert (ctx.attempt, ctx.max_attempts, ctx.final_attempt) == (1, 4, False)
-    assert (ctx.tenant_id, ctx.enqueued_by) == ("org-9", "user-1")
+    assert (ctx.tenant_id, ctx.enqueued_by) == ("org-a", "user-1")
     assert ctx.cancelled is False
     assert isinstance(ctx.step, AsyncSteps)
 
@@ -1431,6 +1431,35 @@ def test_stored_input_that_no_longer_parses_dead_letters_on_attempt_one(
     assert row["last_error_code"] == "X_JOB_INPUT_INVALID"
     assert "'n'" in row["last_error"]
     assert [(s.outcome, s.code) for s in settled] == [("dead-lettered", "X_JOB_INPUT_INVALID")]
+
+
+def test_a_row_acting_for_another_tenant_than_its_input_names_dies_unrun(
+    database_url, connect, client
+):
+    """R34: a row stored before the job named its tenant in the input (or by hand, from SQL)
+    must not run for the wrong org: dead on attempt 1, the body never called."""
+    observer = connect()
+    registry = durajobs.Registry(database_url=database_url)
+    called: list[Any] = []
+    settled: list[durajobs.Settled] = []
+
+    @_declare(registry, tenant=lambda item: f"org-{item.key}", on_settled=settled.append)
+    async def job(ctx):
+        called.append(ctx)
+
+    queued = client.enqueue("work", {"key": "a", "n": 1}, "k", tenant_id="org-b", max_attempts=5)
+
+    async def scenario(db):
+        return await _execute(db, registry, await _claim(db))
+
+    execution = _run(database_url, scenario)
+    assert called == []
+    assert execution.outcome is Outcome.DEAD_LETTERED
+    assert execution.code == "X_JOB_TENANT_MISMATCH"
+    row = _row(observer, queued.id)
+    assert (row["state"], row["attempt"]) == ("dead", 1)
+    assert "'org-b'" in row["last_error"]
+    assert [(s.outcome, s.code) for s in settled] == [("dead-lettered", "X_JOB_TENANT_MISMATCH")]
 
 
 @pytest.mark.parametrize("kind", ["async", "def"])

@@ -351,7 +351,7 @@ def test_enqueue_without_a_database_is_driver_unavailable():
         job.enqueue({"invoice_id": 1, "org_id": "acme"})
     assert raised.value.code == "X_DRIVER_UNAVAILABLE"
     with pytest.raises(DriverUnavailable):
-        job.as_(Actor(id="u", org_id="o"), {"invoice_id": 1, "org_id": "acme"})
+        job.as_(Actor(id="u", org_id="acme"), {"invoice_id": 1, "org_id": "acme"})
     with pytest.raises(DriverUnavailable):
         asyncio.run(job.enqueue_async({"invoice_id": 1, "org_id": "acme"}))
     # an invalid input is still reported as such first
