@@ -217,6 +217,12 @@ def _cmd_worker(args: argparse.Namespace) -> int:
     return 0
 
 
+# the command's lease is short: a relay SIGKILLed mid-pass held publishing back for the whole
+# lease (30 s by default in Python), and a pass that outlives it only re-publishes rows whose
+# jobs dedupe on their outbox id
+RELAY_COMMAND_CLAIM_LEASE = "5s"
+
+
 def _cmd_relay(args: argparse.Namespace) -> int:
     from durajobs.observe.logs import configure
     from durajobs.services.relay import OutboxRelay
@@ -226,6 +232,10 @@ def _cmd_relay(args: argparse.Namespace) -> int:
         args.source_url or database_url(args.database_url),
         database_url(args.database_url),
         batch_size=args.batch_size,
+        claim_lease=args.claim_lease,
+        interval=args.interval,
+        idle_ceiling=args.idle_ceiling,
+        relay_id=args.relay_id,
     )
 
     async def run() -> None:
@@ -345,6 +355,17 @@ def _parser() -> argparse.ArgumentParser:
         "--source-url", help="the database holding the outbox (default: the queue's own)"
     )
     relay_command.add_argument("--batch-size", type=int, default=100, help="rows a pass (100)")
+    relay_command.add_argument(
+        "--claim-lease",
+        default=RELAY_COMMAND_CLAIM_LEASE,
+        help="how long a pass holds its rows: a killed relay's rows wait this long for another "
+        f"relay ({RELAY_COMMAND_CLAIM_LEASE}; safe to keep short, a re-publish meets its job)",
+    )
+    relay_command.add_argument("--interval", default="200ms", help="the pause between busy passes")
+    relay_command.add_argument(
+        "--idle-ceiling", default="2s", help="the longest pause when there is nothing to publish"
+    )
+    relay_command.add_argument("--relay-id", help="this relay's id (default: host:pid:random)")
     relay_command.set_defaults(run=_cmd_relay)
 
     demo_command = with_database(commands.add_parser("demo", help="run the demo"))

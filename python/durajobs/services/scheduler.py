@@ -91,15 +91,20 @@ class Scheduler:
     async def _renew(self, now: datetime) -> None:
         # a lease that ran out locally is over, even if the renewal is granted: another node may
         # have led and fired meanwhile, so this is a new leadership
-        was_leading = self.leading and now < self._lease_until
+        believed = self.leading
+        was_leading = believed and now < self._lease_until
         self.leading = await self.db.run(calls.scheduler_lead(self.holder, ttl=self.ttl))
         self._lease_until = now + self.ttl if self.leading else now
         self._next_renewal = now + self.renew_every
+        # demoted whichever way the lease went: run out on this node's own clock (a stall), or
+        # taken by another node at the renewal; an alert on the event must fire for both
+        if believed and not was_leading:
+            log.warning("jobs.scheduler.demoted", extra={"holder": self.holder, "reason": "lapsed"})
+        elif was_leading and not self.leading:
+            log.warning("jobs.scheduler.demoted", extra={"holder": self.holder, "reason": "taken"})
         if self.leading and not was_leading:
             self._watermarks.clear()  # another node may have fired meanwhile: read them again
             log.info("jobs.scheduler.leading", extra={"holder": self.holder})
-        elif was_leading and not self.leading:
-            log.warning("jobs.scheduler.demoted", extra={"holder": self.holder})
 
     async def tick_once(self) -> int:
         """One round: renew the lease when due, then fire what is owed. Answers fires made."""

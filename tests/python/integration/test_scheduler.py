@@ -5,6 +5,7 @@ nodes, concurrency/test_scheduler_races)."""
 from __future__ import annotations
 
 import asyncio
+import logging
 from datetime import UTC, datetime, timedelta
 
 import psycopg
@@ -353,3 +354,40 @@ def test_a_scheduler_across_the_spring_switch_fires_the_moved_occurrence(databas
     clock = Clock(switch_day)
     assert asyncio.run(ticks(Scheduler(registry, database_url, clock=clock), clock)) == [1]
     assert reports(database_url) == ["2026-03-08T07:00:00+00:00"]  # 03:00 EDT, once
+
+
+def _demotions(records: list[logging.LogRecord]) -> list[str]:
+    return [r.reason for r in records if r.msg == "jobs.scheduler.demoted"]  # type: ignore[attr-defined]
+
+
+def test_a_leader_whose_lease_ran_out_on_its_own_clock_logs_its_demotion(database_url, caplog):
+    """A stalled leader that another node replaced says so, as one that lost a renewal does."""
+    registry = report_app(database_url)
+    clock = Clock(START)
+    node = Scheduler(registry, database_url, clock=clock, holder="stalled", renew_every=10)
+    asyncio.run(ticks(node, clock))
+    assert node.leading
+    with psycopg.connect(database_url, autocommit=True) as connection:
+        # the node stalled past its lease, and another node took it
+        connection.execute("update jobs.scheduler_leases set expires_at = now() - interval '1 s'")
+        connection.execute("select jobs.scheduler_lead(holder => 'standby')")
+    clock.now += timedelta(minutes=5)
+    with caplog.at_level(logging.INFO, logger="durajobs.services.scheduler"):
+        asyncio.run(ticks(node, clock))
+    assert not node.leading
+    assert _demotions(caplog.records) == ["lapsed"]
+
+
+def test_a_leader_that_meets_another_holder_at_its_renewal_logs_taken(database_url, caplog):
+    registry = report_app(database_url)
+    clock = Clock(START)
+    node = Scheduler(registry, database_url, clock=clock, holder="leader", renew_every=10)
+    asyncio.run(ticks(node, clock))
+    with psycopg.connect(database_url, autocommit=True) as connection:
+        connection.execute("update jobs.scheduler_leases set expires_at = now() - interval '1 s'")
+        connection.execute("select jobs.scheduler_lead(holder => 'other')")
+    clock.now += timedelta(seconds=11)  # the renewal is due; the local lease still runs
+    with caplog.at_level(logging.INFO, logger="durajobs.services.scheduler"):
+        asyncio.run(ticks(node, clock))
+    assert not node.leading
+    assert _demotions(caplog.records) == ["taken"]
