@@ -302,11 +302,15 @@ select jobs_test.advance(interval '30 days') \g /dev/null
 select jobs_test.finished('done', 'q-read') as rd_done \gset
 select jobs_test.advance(interval '15 days') \g /dev/null
 analyze jobs.jobs;
+-- a table of 201 rows is one the planner may rather scan whole for the delete by id; at any
+-- size that matters it never would, and what this checks is the windows' and probes' reads
+set local enable_seqscan = off;
 select jobs_test.mark();
 select is(jobs_test.purged(), '1/1/0/0',
           'the one done job of age goes with its step, the 200 dead stay');
 select cmp_ok(jobs_test.read_since_mark(), '<', 50::bigint,
               'the call read a handful of index entries, not the 200 dead rows nor the table');
+reset enable_seqscan;
 select is((select count(*) from jobs.jobs where state = 'dead'), 200::bigint,
           'every dead row is still there');
 
