@@ -330,10 +330,20 @@ class Registry:
             )
         self._jobs: dict[str, Job[Any]] = {}
         self._tasks: dict[str, Task] = {}
-        self.database_url = database_url
-        self.outbox = outbox
-        self.mode = mode
         self.router = Router(database_url, outbox=outbox, mode=mode)
+
+    @property
+    def database_url(self) -> str | None:
+        """The queue's database, where enqueues outside a transaction go."""
+        return self.router.database_url
+
+    @property
+    def outbox(self) -> bool:
+        return self.router.outbox
+
+    @property
+    def mode(self) -> Literal["direct", "required"]:
+        return self.router.mode
 
     def job(
         self,
