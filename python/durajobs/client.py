@@ -21,6 +21,7 @@ from durajobs._values.records import (
     JobSummary,
     JobType,
     LimitRow,
+    LimitRule,
     PurgeResult,
     QueueDepth,
     QueueStat,
@@ -195,8 +196,51 @@ class Client:
         return self.run(calls.forget_job_type(name))
 
     def limits(self, name: str | None = None) -> list[LimitRow]:
-        """Each concurrency limit (per key when keyed): what runs, waits and is held back."""
+        """Each limit, declared or set (per key, per tenant where it applies apart): what runs,
+        waits and is held back (`jobs.limits()`); `name` keeps only that job's declared one."""
         return self.run(calls.limits(name))
+
+    def set_limit(
+        self,
+        *,
+        queue: str | None = None,
+        tenant_id: str | None = None,
+        every_tenant: bool = False,
+        concurrency: int | None = None,
+        rate: int | None = None,
+        per: timedelta | None = None,
+        set_by: str | None = None,
+    ) -> LimitRule:
+        """Set a fleet-wide limit (`jobs.set_limit`): for a queue, a tenant, each tenant, or the
+        fleet; at most `concurrency` running and/or `rate` starts per `per`. A kind left None
+        keeps what the selector already has. Raises X_ARGUMENT_INVALID."""
+        return self.run(
+            calls.set_limit(
+                queue=queue,
+                tenant_id=tenant_id,
+                every_tenant=every_tenant,
+                concurrency=concurrency,
+                rate=rate,
+                per=per,
+                set_by=set_by,
+            )
+        )
+
+    def clear_limit(
+        self,
+        *,
+        queue: str | None = None,
+        tenant_id: str | None = None,
+        every_tenant: bool = False,
+        kind: str = "all",
+    ) -> bool:
+        """Remove a limit set by `set_limit` (`kind`: 'concurrency', 'rate' or 'all'); answers
+        whether one was removed."""
+        return self.run(
+            calls.clear_limit(
+                queue=queue, tenant_id=tenant_id, every_tenant=every_tenant, kind=kind
+            )
+        )
 
     def rollup_counters(self) -> dict[str, int]:
         return self.run(calls.rollup_counters())

@@ -121,6 +121,13 @@ class JobLeaseLost(DurajobsError):
     code = "X_JOB_LEASE_LOST"
 
 
+class JobSlotLost(JobLeaseLost):
+    """A limited run's place was taken back while it ran: in durajobs the running row is its own
+    place under every limit, so the place goes exactly when the lease does."""
+
+    code = "X_JOB_SLOT_LOST"
+
+
 class JobCancelled(DurajobsError):
     code = "X_JOB_CANCELLED"
 
@@ -195,6 +202,13 @@ class JobTenantRequired(DurajobsError, ValueError):
 
 class JobDeclarationConflict(DurajobsError):
     code = "X_JOB_DECLARATION_CONFLICT"
+
+
+class JobConcurrencyUnenforceable(DurajobsError):
+    """A worker's code declares a concurrency limit the catalogue does not hold, so the claim,
+    which enforces the stored declaration, would not enforce it: the worker refuses to start."""
+
+    code = "X_JOB_CONCURRENCY_UNENFORCEABLE"
 
 
 class JobTenantMismatch(DurajobsError, ValueError):

@@ -60,21 +60,6 @@ create type jobs.declare_result as (
   stored_by text
 );
 
--- jobs._sync_capped: make the live rows of job `name` capped or not, as its declaration now
--- says, so the claim reads each with the right rule. Locks: those of its live rows that change.
-create function jobs._sync_capped(name text, capped boolean)
-returns void
-language sql
-volatile
-set search_path = pg_catalog, pg_temp
-as $$
-  update jobs.jobs j
-     set capped = _sync_capped.capped
-   where j.name = _sync_capped.name
-     and j.state in ('ready', 'delayed', 'running', 'suspended')
-     and j.capped <> _sync_capped.capped
-$$;
-
 -- jobs.declare_job: record what a deploy declares about job `name`.
 -- Arguments: name, queue, max_attempts, priority, tenant_required, concurrency (at most this
 -- many attempts running across the fleet; NULL: no limit), concurrency_keyed (the limit is per
@@ -161,7 +146,7 @@ begin
   on conflict on constraint declarations_pkey do nothing;
   if found then
     -- rows enqueued before any declaration were not capped
-    perform jobs._sync_capped(declare_job.name, declare_job.concurrency is not null);
+    perform jobs._sync_capped(declare_job.name);
     return (declare_job.name, 'added', null, declare_job.declared_by)::jobs.declare_result;
   end if;
 
@@ -217,7 +202,7 @@ begin
          concurrency_keyed = declare_job.concurrency_keyed,
          when_busy = declare_job.when_busy
    where t.name = declare_job.name;
-  perform jobs._sync_capped(declare_job.name, declare_job.concurrency is not null);
+  perform jobs._sync_capped(declare_job.name);
   return (declare_job.name, 'replaced', v_differences, v_stored.declared_by)::jobs.declare_result;
 end;
 $$;
@@ -238,7 +223,7 @@ as $$
 $$;
 
 -- jobs.forget_job_type: remove a name no deploy declares any more from the catalogue; its jobs
--- stay (no longer capped) and later enqueues of it take the built-in defaults. Answers whether
+-- stay (capped only where a limit rule still counts them) and later enqueues of it take the built-in defaults. Answers whether
 -- a row went. Raises nothing. Locks: the name's row, then its live rows if it was capped.
 create function jobs.forget_job_type(name text)
 returns boolean
@@ -251,7 +236,7 @@ begin
   if not found then
     return false;
   end if;
-  perform jobs._sync_capped(forget_job_type.name, false);
+  perform jobs._sync_capped(forget_job_type.name);
   return true;
 end;
 $$;

@@ -2,7 +2,8 @@
 -- announce them to idle workers.
 --
 -- Tables: jobs.jobs (insert, read), jobs.declarations (read: a declared name's defaults and tenant
--- rule; a name with none enqueues with the built-in ones). Locks: the unique indexes only (an insert that meets an
+-- rule; a name with none enqueues with the built-in ones), jobs.limit_rules (read: whether a
+-- limit counts the row, its capped flag). Locks: the unique indexes only (an insert that meets an
 -- uncommitted twin waits for that transaction, as any unique insert does).
 -- Wake: pg_notify('jobs_wake', <queue>) at most once per queue per 250 ms slot, for rows due
 -- within 1 s, never for a dedupe. The throttle is in the statement because NOTIFY serialises
@@ -286,7 +287,8 @@ begin
       enqueue.idempotency_key, enqueue.tenant_id, coalesce(enqueue.run_id, v_id),
       case when v_run_at > v_now then 'delayed' else 'ready' end, v_priority,
       v_max_attempts, v_run_at, v_now, v_now, enqueue.traceparent, enqueue.enqueued_by,
-      enqueue.concurrency_key, v_declared.concurrency is not null)
+      enqueue.concurrency_key,
+      v_declared.concurrency is not null or jobs._rules_cap(v_queue, enqueue.tenant_id))
     on conflict do nothing
     returning j.id, j.run_id, false
       into v_result;
@@ -469,6 +471,8 @@ declare
   v_new_ids uuid[];
   v_duplicate record;
   v_queue text;
+  -- whether any limit rule exists: with none, no request pays for asking which rules apply
+  v_any_rules boolean := exists (select 1 from jobs.limit_rules);
 begin
   perform jobs._check_on_conflict('jobs.enqueue_many', enqueue_many.on_conflict);
   if requests is null or jsonb_typeof(requests) <> 'array' then
@@ -502,7 +506,9 @@ begin
               x.enqueued_by,
               coalesce(t.tenant_required, false),
               x.concurrency_key,
-              t.concurrency is not null,
+              t.concurrency is not null
+                or (v_any_rules and jobs._rules_cap(coalesce(x.queue, t.queue, 'default'),
+                                                    x.tenant_id)),
               coalesce(t.concurrency_keyed, false))::jobs._enqueue_request as r
         from rows from (
                jsonb_to_recordset(requests) as (

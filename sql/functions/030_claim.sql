@@ -1,13 +1,13 @@
 -- 030_claim: hand waiting jobs to a worker under a lease, re-take the rows of dead workers, and
 -- bury the rows whose lease lapsed on their final attempt.
 --
--- Tables: jobs.jobs (update), jobs.queue_pauses and jobs.declarations (read),
--- jobs.counter_buckets (a burial counts).
+-- Tables: jobs.jobs (update), jobs.queue_pauses, jobs.declarations and jobs.limit_rules (read),
+-- jobs.limit_starts (a start under a rate is stamped), jobs.counter_buckets (a burial counts).
 -- Locks: job rows, each with `for update skip locked`, so claimers never wait for one another's
--- rows (and the claiming backend's own counter shard). While a concurrency limit is declared,
--- also one transaction-scoped advisory lock per limited group the claim hands a row of, taken in
--- the order of their keys: claimers of one group take turns, so no limit is exceeded even for an
--- instant, and claimers of other groups never wait.
+-- rows (and the claiming backend's own counter shard). While any limit exists, also one
+-- transaction-scoped advisory lock per limit group of the candidates, taken in the order of
+-- their keys: claimers of one group take turns, so no limit is exceeded even for an instant, and
+-- claimers of other groups never wait.
 
 create type jobs.claimed_job as (
   id uuid,
@@ -30,24 +30,155 @@ create type jobs.claimed_job as (
   has_steps boolean
 );
 
--- jobs._claim_limited: the waiting rows jobs._claim hands out while a concurrency limit is
--- declared (jobs.declarations.concurrency). Arguments: the calling function's name, the queues
--- to read (not paused), worker_id, room (how many rows at most), visibility, and the claim's now.
--- Uncapped rows are taken as the unlimited claim takes them. Capped rows are read apart (their
--- own range of jobs_claim_idx) and passed over while their group (the job, or the job and key
--- when keyed) runs at its limit; the candidates are locked skip locked, then the claim takes the
--- advisory lock of each group in key order and counts what the group runs now: a statement of
--- its own, so it sees every claim of the group committed before the lock was granted. A
--- running row holds its place until it settles, is cancelled or buried, or its lapsed lease is
--- re-taken as a new attempt (which keeps the place): a killed worker's rows go on counting until
--- then, so a limit never admits a second copy of a run still thought alive. A keyed limit that
--- says when_busy 'fail' settles a candidate whose key another run holds as 'failed'
--- (X_JOB_KEY_BUSY) instead of holding it back; one whose key only its own run holds (a
--- continuation of the same run_id) waits.
+-- jobs._candidate_groups: the limit groups each of the rows `ids` counts in: its declaration's
+-- (the job, or the job and key when keyed) and one per limit rule that applies
+-- (jobs._rule_groups_of). Each with its name (its advisory lock and its count share it), its
+-- concurrency cap and rate (either may be NULL), the declaration's when_busy ('wait' for a
+-- rule), and the rule and tenant a start under a rate is stamped under.
+-- Raises nothing. Locks nothing.
+create function jobs._candidate_groups(ids uuid[])
+returns table (
+  id uuid,
+  grp text,
+  cap integer,
+  rate integer,
+  per interval,
+  when_busy text,
+  rule_id bigint,
+  stamp_tenant text
+)
+language sql
+stable
+set search_path = pg_catalog, pg_temp
+as $$
+  with candidates as materialized (
+    select j.id, j.name, j.concurrency_key, j.queue, j.tenant_id,
+           row_number() over (order by j.id)::integer as ord
+      from jobs.jobs j
+     where j.id = any(_candidate_groups.ids)
+  )
+  select c.id,
+         case when d.concurrency_keyed
+              then 'k:' || d.name || E'\x1f' || coalesce(c.concurrency_key, '')
+              else 'j:' || d.name end,
+         d.concurrency, null::integer, null::interval, d.when_busy, null::bigint, null::text
+    from candidates c
+    join jobs.declarations d on d.name = c.name and d.concurrency is not null
+  union all
+  select c.id, g.grp, g.cap, g.rate, g.per, 'wait', g.rule_id, g.stamp_tenant
+    from jobs._rule_groups_of(
+           array(select c.queue from candidates c order by c.ord),
+           array(select c.tenant_id from candidates c order by c.ord)) g
+    join candidates c on c.ord = g.ord
+$$;
+
+-- jobs._running_groups: every limit group with a concurrency cap that has attempts running now
+-- (the running rows of capped jobs), with its cap, how many run, its when_busy and its scope.
+-- One pass over the running capped rows, grouped before any rule is asked.
+-- Raises nothing. Locks nothing.
+create function jobs._running_groups()
+returns table (
+  grp text,
+  cap integer,
+  busy bigint,
+  when_busy text,
+  scope_job text,
+  scope_key text,
+  scope_queue text,
+  scope_tenant text
+)
+language sql
+stable
+set search_path = pg_catalog, pg_temp
+as $$
+  with running as materialized (
+    select r.name, r.concurrency_key, r.queue, r.tenant_id, count(*) as n
+      from jobs.jobs r
+     where r.state = 'running'
+       and r.capped
+     group by r.name, r.concurrency_key, r.queue, r.tenant_id
+  ),
+  scopes as materialized (
+    select x.queue, x.tenant_id, sum(x.n) as n,
+           row_number() over (order by x.queue, x.tenant_id)::integer as ord
+      from running x
+     group by x.queue, x.tenant_id
+  ),
+  counted as (
+    select case when d.concurrency_keyed
+                then 'k:' || d.name || E'\x1f' || coalesce(x.concurrency_key, '')
+                else 'j:' || d.name end as grp,
+           d.concurrency as cap, x.n, d.when_busy, d.name as scope_job,
+           case when d.concurrency_keyed then x.concurrency_key end as scope_key,
+           null::text as scope_queue, null::text as scope_tenant
+      from running x
+      join jobs.declarations d on d.name = x.name and d.concurrency is not null
+    union all
+    select g.grp, g.cap, x.n, 'wait', null, null, g.scope_queue, g.scope_tenant
+      from jobs._rule_groups_of(array(select x.queue from scopes x order by x.ord),
+                                array(select x.tenant_id from scopes x order by x.ord)) g
+      join scopes x on x.ord = g.ord
+     where g.cap is not null
+  )
+  select c.grp, c.cap, sum(c.n)::bigint, c.when_busy, c.scope_job, c.scope_key, c.scope_queue,
+         c.scope_tenant
+    from counted c
+   group by c.grp, c.cap, c.when_busy, c.scope_job, c.scope_key, c.scope_queue, c.scope_tenant
+$$;
+
+-- jobs._started_groups: every rate group with starts inside its window at `now`, with its rate,
+-- the starts counted and its scope. Raises nothing. Locks nothing.
+create function jobs._started_groups(now timestamptz)
+returns table (
+  grp text,
+  rate integer,
+  started bigint,
+  scope_queue text,
+  scope_tenant text
+)
+language sql
+stable
+set search_path = pg_catalog, pg_temp
+as $$
+  select 'r:' || r.id || case when r.every_tenant then E'\x1f' || s.tenant_id else '' end,
+         r.rate, count(*), r.queue,
+         case when r.every_tenant then s.tenant_id else r.tenant_id end
+    from jobs.limit_rules r
+    join jobs.limit_starts s
+      on s.rule_id = r.id
+     and s.started_at > _started_groups.now - r.per
+   where r.rate is not null
+     -- a tenant whose own rule sets a rate no longer counts under an every_tenant one
+     and not (r.every_tenant
+              and exists (select 1
+                            from jobs.limit_rules o
+                           where o.tenant_id = s.tenant_id
+                             and o.queue is not distinct from r.queue
+                             and o.rate is not null))
+   group by r.id, r.rate, r.queue, r.every_tenant, r.tenant_id, s.tenant_id
+$$;
+
+-- jobs._claim_limited: the waiting rows jobs._claim hands out while any limit exists (a
+-- declaration's concurrency, or a rule of jobs.set_limit). Arguments: the calling function's
+-- name, the queues to read (not paused), worker_id, room (how many rows at most), visibility,
+-- and the claim's now.
+-- Uncapped rows are taken as the unlimited claim takes them (one a limit now covers but whose
+-- flag an enqueue racing the limit's change left false is treated as capped). Capped rows are
+-- read apart (their own range of jobs_claim_idx); a row whose group is at its limit by a count
+-- without a lock is passed over, so a backlog of one busy key or tenant hides nothing behind it.
+-- The candidates are locked skip locked, then the advisory lock of each of their groups is
+-- taken in lock-key order and, in statements of their own, what each group runs and has started
+-- in its window is counted: they see every claim committed before the locks were granted. A row
+-- is handed out only while every group it counts in has room, in hand-out order; a start under a
+-- rate is stamped in jobs.limit_starts in the statement that hands the row out. A running row
+-- holds its place until it settles, is cancelled or buried, or its lapsed lease is re-taken as a
+-- new attempt (which keeps the place). A keyed declaration that says when_busy 'fail' settles a
+-- candidate whose key another run holds as 'failed' (X_JOB_KEY_BUSY) instead of holding it back;
+-- one whose key only its own run holds waits.
 -- Answers the rows it refused (state 'failed', counted as failed), then the claimed rows, as
--- jobs._claim does (has_steps NULL). Raises X_ARGUMENT_INVALID when
--- called outside a read committed transaction: a snapshot older than the lock would miss claims.
--- Locks: the rows it reads skip locked, the advisory locks of the groups it hands out.
+-- jobs._claim does (has_steps NULL). Raises X_ARGUMENT_INVALID when called outside a read
+-- committed transaction: a snapshot older than the locks would miss claims.
+-- Locks: the rows it reads skip locked, the advisory locks of the groups of its candidates.
 create function jobs._claim_limited(
   function_name text,
   queues text[],
@@ -62,13 +193,43 @@ volatile
 set search_path = pg_catalog, pg_temp
 as $$
 declare
+  v_rules boolean := exists (select 1 from jobs.limit_rules);
   v_free uuid[];
+  v_stray uuid[];
   v_held uuid[];
-  v_admitted uuid[];
-  v_refused uuid[];
+  v_admitted uuid[] := '{}';
+  v_refused uuid[] := '{}';
   v_full_jobs text[];
   v_full_keys text[];
+  v_block_all boolean;
+  v_block_queues text[];
+  v_block_tenants text[];
+  v_block_pairs text[];
+  v_every_stopped boolean := exists (select 1
+                                       from jobs.limit_rules r
+                                      where r.every_tenant
+                                        and (r.concurrency = 0 or r.rate = 0));
   v_lock bigint;
+  -- group -> attempts it runs, then also the rows this claim admits
+  v_used jsonb;
+  -- rate group -> starts inside its window, then also the rows this claim admits
+  v_started jsonb;
+  -- group -> rows this claim admits (evidence that another run holds a 'fail' key)
+  v_taken jsonb := '{}';
+  v_cand record;
+  v_fits boolean;
+  v_busy_group text;
+  -- the candidates' groups, one element per (candidate, group), from jobs._candidate_groups
+  v_cg_ids uuid[];
+  v_cg_grps text[];
+  v_cg_caps integer[];
+  v_cg_rates integer[];
+  v_cg_busy text[];
+  v_cg_rules bigint[];
+  v_cg_tenants text[];
+  v_stamp_ids uuid[] := '{}';
+  v_stamp_rules bigint[] := '{}';
+  v_stamp_tenants text[] := '{}';
 begin
   if current_setting('transaction_isolation') <> 'read committed' then
     perform jobs._invalid(function_name, 'transaction',
@@ -91,139 +252,201 @@ begin
          for update skip locked
     ) w;
 
-  -- the groups already at their limit, counted without a lock: only to pass over their rows, so
-  -- a backlog of one busy key never hides the other keys' rows behind it
-  with limits as (
-    select d.name, d.concurrency, d.concurrency_keyed, d.when_busy
-      from jobs.declarations d
-     where d.concurrency is not null
-  ),
-  running as (
-    select r.name, r.concurrency_key, count(*) as busy
-      from jobs.jobs r
-     where r.state = 'running'
-       and r.capped
-     group by r.name, r.concurrency_key
+  -- an enqueue that read the limits before a change committed wrote its row uncapped after the
+  -- change marked the live rows: such a row joins the capped ones (it is locked already)
+  with stray as (
+    update jobs.jobs j
+       set capped = true
+     where j.id = any(v_free)
+       and (exists (select 1
+                      from jobs.declarations d
+                     where d.name = j.name
+                       and d.concurrency is not null)
+            or (v_rules and jobs._rules_cap(j.queue, j.tenant_id)))
+    returning j.id
   )
-  select coalesce(array_agg(distinct l.name) filter (
-           where not l.concurrency_keyed
-             and (select sum(x.busy) from running x where x.name = l.name) >= l.concurrency),
-           '{}'),
+  select coalesce(array_agg(stray.id), '{}') into v_stray from stray;
+  if cardinality(v_stray) > 0 then
+    v_free := array(select f from unnest(v_free) f where not (f = any(v_stray)));
+  end if;
+
+  -- the groups already at their limit, counted without a lock: only to pass over their rows
+  with at_limit as (
+    select g.cap as lim, g.busy, g.when_busy, g.scope_job, g.scope_key, g.scope_queue,
+           g.scope_tenant
+      from jobs._running_groups() g
+     where g.busy >= g.cap
+    union all
+    select s.rate, s.started, 'wait', null, null, s.scope_queue, s.scope_tenant
+      from jobs._started_groups(_claim_limited.now) s
+     where v_rules
+       and s.started >= s.rate
+    -- a rule of one group at 0 stops its scope before anything runs in it
+    union all
+    select 0, 0, 'wait', null, null, r.queue, r.tenant_id
+      from jobs.limit_rules r
+     where not r.every_tenant
+       and (r.concurrency = 0 or r.rate = 0)
+  )
+  select coalesce(array_agg(f.scope_job) filter (where f.scope_job is not null
+                                                   and f.scope_key is null), '{}'),
          -- a 'fail' group's rows must be seen, to be refused
-         coalesce(array_agg(x.name || E'\x1f' || x.concurrency_key) filter (
-           where l.concurrency_keyed and l.when_busy = 'wait' and x.busy >= l.concurrency), '{}')
-    into v_full_jobs, v_full_keys
-    from limits l
-    left join running x on x.name = l.name;
+         coalesce(array_agg(f.scope_job || E'\x1f' || f.scope_key)
+                    filter (where f.scope_key is not null and f.when_busy = 'wait'), '{}'),
+         coalesce(bool_or(f.scope_job is null and f.scope_queue is null
+                          and f.scope_tenant is null), false),
+         -- no NULL may reach these arrays: `= any` of an array holding one answers NULL, and
+         -- the filter would then pass over every row
+         coalesce(array_agg(f.scope_queue)
+                    filter (where f.scope_job is null and f.scope_tenant is null
+                              and f.scope_queue is not null), '{}'),
+         coalesce(array_agg(f.scope_tenant)
+                    filter (where f.scope_job is null and f.scope_queue is null
+                              and f.scope_tenant is not null), '{}'),
+         coalesce(array_agg(f.scope_queue || E'\x1f' || f.scope_tenant)
+                    filter (where f.scope_job is null and f.scope_queue is not null
+                              and f.scope_tenant is not null), '{}')
+    into v_full_jobs, v_full_keys, v_block_all, v_block_queues, v_block_tenants, v_block_pairs
+    from at_limit f;
 
-  -- capped candidates in hand-out order, at most what each group has room for now
-  with limits as (
-    select d.name, d.concurrency, d.concurrency_keyed, d.when_busy
-      from jobs.declarations d
-     where d.concurrency is not null
-  ),
-  waiting as (
-    select w.id, w.name, w.concurrency_key, w.priority, w.run_at
-      from unnest(_claim_limited.queues) as q(queue)
-      cross join lateral (
-        select j.id, j.name, j.concurrency_key, j.priority, j.run_at
-          from jobs.jobs j
-         where j.queue = q.queue
-           and j.capped = true
-           and j.state in ('ready', 'delayed', 'suspended')
-           and j.run_at <= _claim_limited.now
-           and not (j.name = any(v_full_jobs))
-           and not (j.name || E'\x1f' || coalesce(j.concurrency_key, '') = any(v_full_keys))
-         order by j.priority, j.run_at, j.id
+  if v_block_all then
+    v_held := '{}';
+  else
+    -- capped candidates in hand-out order, locked skip locked
+    select coalesce(array_agg(c.id), '{}')
+      into v_held
+      from (
+        select w.id
+          from unnest(_claim_limited.queues) as q(queue)
+          cross join lateral (
+            select j.id, j.priority, j.run_at
+              from jobs.jobs j
+             where j.queue = q.queue
+               and j.capped = true
+               and j.state in ('ready', 'delayed', 'suspended')
+               and j.run_at <= _claim_limited.now
+               and not (j.name = any(v_full_jobs))
+               and not (j.name || E'\x1f' || coalesce(j.concurrency_key, '') = any(v_full_keys))
+               and (j.tenant_id is null
+                    or not (j.tenant_id = any(v_block_tenants)
+                            or q.queue || E'\x1f' || j.tenant_id = any(v_block_pairs)
+                            -- an every_tenant rule at 0 stops tenants that never ran, so no
+                            -- count names them: asked of each row, only while such a rule is
+                            or (v_every_stopped
+                                and jobs._rules_stop(q.queue, j.tenant_id))))
+             order by j.priority, j.run_at, j.id
+             limit _claim_limited.room
+               for update skip locked
+          ) w
+         where not (q.queue = any(v_block_queues))
+         order by w.priority, w.run_at, w.id
          limit _claim_limited.room
-      ) w
-  ),
-  grouped as (
-    select w.id, l.concurrency as cap, l.when_busy,
-           row_number() over (
-             partition by w.name, case when l.concurrency_keyed then w.concurrency_key end
-             order by w.priority, w.run_at, w.id) as nth
-      from waiting w
-      left join limits l on l.name = w.name
-  )
-  select coalesce(array_agg(g.id), '{}')
-    into v_held
-    from grouped g
-   where g.cap is null or g.when_busy = 'fail' or g.nth <= g.cap;
-
-  select coalesce(array_agg(c.id), '{}')
-    into v_held
-    from (
-      select j.id
-        from jobs.jobs j
-       where j.id = any(v_held)
-         and j.capped = true
-         and j.state in ('ready', 'delayed', 'suspended')
-         and j.run_at <= _claim_limited.now
-         for update skip locked
-    ) c;
+      ) c;
+  end if;
 
   if cardinality(v_held) > 0 then
-    -- by lock key, not by name: two groups may share a key, and one order for all claimers is
+    -- by lock key, not by group: two groups may share a key, and one order for all claimers is
     -- what keeps them from waiting on each other in a circle
+    select coalesce(array_agg(g.id), '{}'), coalesce(array_agg(g.grp), '{}'),
+           coalesce(array_agg(g.cap), '{}'), coalesce(array_agg(g.rate), '{}'),
+           coalesce(array_agg(g.when_busy), '{}'), coalesce(array_agg(g.rule_id), '{}'),
+           coalesce(array_agg(g.stamp_tenant), '{}')
+      into v_cg_ids, v_cg_grps, v_cg_caps, v_cg_rates, v_cg_busy, v_cg_rules, v_cg_tenants
+      from jobs._candidate_groups(v_held) g;
+
     for v_lock in
-      select distinct hashtextextended(
-               'durajobs.concurrency:' || j.name || E'\x1f'
-               || coalesce(case when d.concurrency_keyed then j.concurrency_key end, ''), 0)
-        from jobs.jobs j
-        join jobs.declarations d on d.name = j.name and d.concurrency is not null
-       where j.id = any(v_held)
+      select distinct hashtextextended('durajobs.limit:' || g.grp, 0)
+        from unnest(v_cg_grps) as g(grp)
        order by 1
     loop
       perform pg_advisory_xact_lock(v_lock);
     end loop;
 
-    -- under the locks, a statement of its own: what each group runs now, committed claims of
-    -- the other claimers included
-    with held as (
-      select j.id, j.name, j.run_id, j.priority, j.run_at, d.concurrency as cap, d.when_busy,
-             case when d.concurrency_keyed then j.concurrency_key end as group_key
+    -- under the locks, statements of their own: what each group runs and has started now,
+    -- committed claims of the other claimers included
+    select coalesce(jsonb_object_agg(g.grp, g.busy), '{}')
+      into v_used
+      from jobs._running_groups() g;
+    if v_rules then
+      delete from jobs.limit_starts s
+       using jobs.limit_rules r
+       where r.id = s.rule_id
+         and s.started_at <= _claim_limited.now - r.per
+         and (s.rule_id, s.tenant_id) in (
+               select g.rule_id, g.stamp_tenant
+                 from unnest(v_cg_rules, v_cg_tenants, v_cg_rates) as g(rule_id, stamp_tenant, rate)
+                where g.rate is not null);
+      select coalesce(jsonb_object_agg(s.grp, s.started), '{}')
+        into v_started
+        from jobs._started_groups(_claim_limited.now) s;
+    else
+      v_started := '{}';
+    end if;
+
+    -- in hand-out order, each row takes a place in every group it counts in, or none
+    for v_cand in
+      select j.id, j.run_id, j.name, j.concurrency_key,
+             array_agg(g.grp order by g.grp) filter (where g.grp is not null) as grps,
+             array_agg(g.cap order by g.grp) filter (where g.grp is not null) as caps,
+             array_agg(g.rate order by g.grp) filter (where g.grp is not null) as rates,
+             array_agg(g.rule_id order by g.grp) filter (where g.grp is not null) as rule_ids,
+             array_agg(g.stamp_tenant order by g.grp) filter (where g.grp is not null)
+               as stamp_tenants,
+             (array_agg(g.grp) filter (where g.when_busy = 'fail'))[1] as fail_group
         from jobs.jobs j
-        left join jobs.declarations d on d.name = j.name and d.concurrency is not null
+        left join unnest(v_cg_ids, v_cg_grps, v_cg_caps, v_cg_rates, v_cg_busy, v_cg_rules,
+                         v_cg_tenants)
+               as g(id, grp, cap, rate, when_busy, rule_id, stamp_tenant)
+          on g.id = j.id
        where j.id = any(v_held)
-    ),
-    running as (
-      select r.name, r.concurrency_key, r.run_id, count(*) as busy
-        from jobs.jobs r
-       where r.state = 'running'
-         and r.capped
-         and r.name in (select h.name from held h)
-       group by r.name, r.concurrency_key, r.run_id
-    ),
-    ranked as (
-      select h.id, h.cap, h.when_busy,
-             row_number() over (partition by h.name, h.group_key
-                                order by h.priority, h.run_at, h.id) as nth,
-             (select coalesce(sum(x.busy), 0)
-                from running x
-               where x.name = h.name
-                 and (h.group_key is null or x.concurrency_key = h.group_key)) as busy,
-             (select coalesce(sum(x.busy), 0)
-                from running x
-               where x.name = h.name
-                 and x.concurrency_key = h.group_key
-                 and x.run_id = h.run_id) as busy_own
-        from held h
-    ),
-    decided as (
-      select r.id,
-             r.cap is null or r.nth <= r.cap - r.busy as admitted,
-             -- refused only on evidence that another run holds the key: a running row of
-             -- another run, or an earlier candidate this claim admits
-             r.when_busy = 'fail'
-               and r.busy - r.busy_own + least(r.nth - 1, greatest(r.cap - r.busy, 0)) > 0
-               as refused
-        from ranked r
-    )
-    select coalesce(array_agg(d.id) filter (where d.admitted), '{}'),
-           coalesce(array_agg(d.id) filter (where not d.admitted and d.refused), '{}')
-      into v_admitted, v_refused
-      from decided d;
+       group by j.id, j.run_id, j.name, j.concurrency_key, j.priority, j.run_at
+       order by j.priority, j.run_at, j.id
+    loop
+      v_fits := true;
+      v_busy_group := null;
+      for i in 1 .. coalesce(cardinality(v_cand.grps), 0) loop
+        if v_cand.caps[i] is not null
+           and coalesce((v_used ->> v_cand.grps[i])::bigint, 0) >= v_cand.caps[i] then
+          v_fits := false;
+          v_busy_group := coalesce(v_busy_group, v_cand.grps[i]);
+        end if;
+        if v_cand.rates[i] is not null
+           and coalesce((v_started ->> v_cand.grps[i])::bigint, 0) >= v_cand.rates[i] then
+          v_fits := false;
+        end if;
+      end loop;
+
+      if v_fits then
+        v_admitted := v_admitted || v_cand.id;
+        for i in 1 .. coalesce(cardinality(v_cand.grps), 0) loop
+          if v_cand.caps[i] is not null then
+            v_used := v_used || jsonb_build_object(
+              v_cand.grps[i], coalesce((v_used ->> v_cand.grps[i])::bigint, 0) + 1);
+            v_taken := v_taken || jsonb_build_object(
+              v_cand.grps[i], coalesce((v_taken ->> v_cand.grps[i])::bigint, 0) + 1);
+          end if;
+          if v_cand.rates[i] is not null then
+            v_started := v_started || jsonb_build_object(
+              v_cand.grps[i], coalesce((v_started ->> v_cand.grps[i])::bigint, 0) + 1);
+            v_stamp_ids := v_stamp_ids || v_cand.id;
+            v_stamp_rules := v_stamp_rules || v_cand.rule_ids[i];
+            v_stamp_tenants := v_stamp_tenants || v_cand.stamp_tenants[i];
+          end if;
+        end loop;
+      elsif v_cand.fail_group is not null and v_busy_group = v_cand.fail_group
+            -- refused only on evidence that another run holds the key: a running row of
+            -- another run, or an earlier candidate this claim admits
+            and (coalesce((v_taken ->> v_cand.fail_group)::bigint, 0) > 0
+                 or exists (select 1
+                              from jobs.jobs r
+                             where r.state = 'running'
+                               and r.capped
+                               and r.name = v_cand.name
+                               and r.concurrency_key = v_cand.concurrency_key
+                               and r.run_id <> v_cand.run_id)) then
+        v_refused := v_refused || v_cand.id;
+      end if;
+    end loop;
 
     if cardinality(v_refused) > 0 then
       return query
@@ -262,7 +485,7 @@ begin
     with chosen as materialized (
       select j.id
         from jobs.jobs j
-       where j.id = any(v_free || coalesce(v_admitted, '{}'))
+       where j.id = any(v_free || v_admitted)
        order by j.priority, j.run_at, j.id
        limit _claim_limited.room
     ),
@@ -279,6 +502,13 @@ begin
       returning j.id, j.run_id, j.name, j.queue, j.input, j.tenant_id, j.state, j.attempt,
                 j.max_attempts, j.claims, j.priority, j.run_at, j.created_at, j.lease_expires_at,
                 j.last_error, j.traceparent, j.enqueued_by
+    ),
+    -- a start under a rate is stamped only for a row this statement hands out
+    stamped as (
+      insert into jobs.limit_starts (rule_id, tenant_id, started_at)
+      select s.rule_id, s.tenant_id, _claim_limited.now
+        from unnest(v_stamp_ids, v_stamp_rules, v_stamp_tenants) as s(id, rule_id, tenant_id)
+       where s.id in (select c.id from claimed c)
     )
     select c.id, c.run_id, c.name, c.queue, c.input, c.tenant_id, c.state, c.attempt,
            c.max_attempts, c.claims, c.priority, c.run_at, c.created_at, c.lease_expires_at,
@@ -434,7 +664,8 @@ begin
   end if;
   v_room := batch_size - v_taken;
 
-  if exists (select 1 from jobs.declarations d where d.concurrency is not null) then
+  if exists (select 1 from jobs.declarations d where d.concurrency is not null)
+     or exists (select 1 from jobs.limit_rules) then
     return query
       select l.id, l.run_id, l.name, l.queue, l.input, l.tenant_id, l.state, l.attempt,
              l.max_attempts, l.claim, l.priority, l.run_at, l.created_at, l.lease_expires_at,

@@ -75,6 +75,8 @@ begin
     update jobs.jobs j
        set state = 'ready',
            run_at = v_now,
+           -- the limits may have changed since the row was live
+           capped = jobs._capped(j.name, j.queue, j.tenant_id),
            attempt = 0,
            last_error = null,
            last_error_code = null,

@@ -326,7 +326,9 @@ begin
     update jobs.jobs j
        set state = 'ready', run_at = v_now, attempt = 0, last_error = null,
            last_error_code = null, last_error_stack = null, lease_expires_at = null,
-           finished_at = null, updated_at = v_now
+           finished_at = null, updated_at = v_now,
+           -- the limits may have changed since the row was live
+           capped = jobs._capped(j.name, j.queue, j.tenant_id)
       from batch b
      where j.id = b.id
     returning j.queue

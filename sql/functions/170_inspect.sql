@@ -1,6 +1,7 @@
 -- 170_inspect: one job in full, and the queue depth an autoscaler scales on.
 --
--- Tables: jobs.jobs, jobs.steps, jobs.queue_pauses, jobs.workers, jobs.declarations (read).
+-- Tables: jobs.jobs, jobs.steps, jobs.queue_pauses, jobs.workers, jobs.declarations,
+-- jobs.limit_rules, jobs.limit_starts (read).
 -- Locks nothing.
 
 -- jobs.inspect_job: everything stored about one job, as one JSON document.
@@ -9,7 +10,10 @@
 -- started_at, updated_at, finished_at, wake_at, duration_ms (NULL until it finished),
 -- output_bytes, error}, "queue_paused": whether its queue is paused, "limit": NULL, or for a
 -- job declaring a concurrency limit {concurrency, keyed, when_busy, key, running (in its group
--- now), held_back (waiting and due while its group runs at the limit)}}.
+-- now), held_back (waiting and due while its group runs at the limit)}, "rules": the limits of
+-- jobs.set_limit that count the row, each {queue, tenant_id (the scope it counts), concurrency,
+-- running, rate, per_seconds, started (inside the window), held_back (waiting and due while
+-- this rule has no room)}}.
 -- Raises X_JOB_NOT_FOUND. Locks nothing.
 create function jobs.inspect_job(id uuid)
 returns jsonb
@@ -68,7 +72,25 @@ begin
              and (not d.concurrency_keyed or r.concurrency_key = v_job.concurrency_key)
         ) running
        where d.name = v_job.name
-         and d.concurrency is not null));
+         and d.concurrency is not null),
+    'rules', coalesce((
+      select jsonb_agg(jsonb_build_object(
+               'queue', g.scope_queue,
+               'tenant_id', g.scope_tenant,
+               'concurrency', g.cap,
+               'running', coalesce(r.busy, 0),
+               'rate', g.rate,
+               'per_seconds', extract(epoch from g.per),
+               'started', case when g.rate is not null then coalesce(s.started, 0) end,
+               'held_back', v_job.state in ('ready', 'delayed', 'suspended')
+                              and v_job.run_at <= jobs._now()
+                              -- a kind the rule does not set holds nothing back
+                              and (coalesce(coalesce(r.busy, 0) >= g.cap, false)
+                                   or coalesce(coalesce(s.started, 0) >= g.rate, false)))
+             order by g.grp)
+        from jobs._rule_groups(v_job.queue, v_job.tenant_id) g
+        left join jobs._running_groups() r on r.grp = g.grp
+        left join jobs._started_groups(jobs._now()) s on s.grp = g.grp), '[]'::jsonb));
 end;
 $$;
 

@@ -10,7 +10,8 @@ select has_schema('jobs', 'schema jobs exists');
 -- the runner installs with alembic, whose version table lives in the schema too
 select tables_are('jobs', array['jobs', 'steps', 'queue_pauses', 'error_codes', 'outbox',
                                 'events', 'scheduler_tasks', 'scheduler_leases', 'workers',
-                                'counter_buckets', 'declarations', 'alembic_version'],
+                                'counter_buckets', 'declarations', 'limit_rules', 'limit_starts',
+                                'alembic_version'],
                   'schema jobs holds exactly the tables the functions need, and alembic_version');
 
 -- jobs.jobs: the columns every function reads, with their types
@@ -138,7 +139,7 @@ select types_are('jobs', array['enqueue_result', '_enqueue_request', 'claimed_jo
                                'step_record', 'queue_stat', 'outbox_record', 'event_lookup',
                                'task_state', 'job_summary', 'bulk_result', 'counter_row',
                                'queue_depth_row', 'purge_result', 'job_type', 'declare_result',
-                               'limit_row'],
+                               'limit_row', 'limit_rule'],
                  'schema jobs declares the answer types');
 select has_composite('jobs', 'enqueue_result', 'jobs.enqueue_result exists');
 

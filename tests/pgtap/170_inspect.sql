@@ -3,7 +3,7 @@
 -- running + due - running rows held by a live draining worker, paused queues left out.
 begin;
 \ir fixtures/factory.sql
-select plan(39);
+select plan(43);
 
 set local durajobs.now = '2026-01-01 00:00:00+00';
 
@@ -45,8 +45,8 @@ select jobs_test.record_step(:'oid', :o_claim, name => 'a-other') \g /dev/null
 select jobs.inspect_job(id => :'iid') as doc \gset
 
 select is((select array_agg(k order by k) from jsonb_object_keys(:'doc'::jsonb) k),
-          array['job', 'limit', 'queue_paused', 'steps'],
-          'inspect_job answers job, steps, queue_paused, limit');
+          array['job', 'limit', 'queue_paused', 'rules', 'steps'],
+          'inspect_job answers job, steps, queue_paused, limit, rules');
 select is(:'doc'::jsonb -> 'job', to_jsonb(jobs_test.job(:'iid')),
           'job is the whole row, every column');
 select is(:'doc'::jsonb -> 'job' -> 'input', '{"user_id": 42}'::jsonb, 'job carries the input');
@@ -287,6 +287,30 @@ select results_eq(
   $$select running, due, draining_held, depth from jobs.queue_depth(queues => array['qd-a'])$$,
   $$values (3::bigint, 4::bigint, 0::bigint, 7::bigint)$$,
   'once the draining worker acks its row, it is neither running nor held back');
+
+-- ---------------------------------------------------------------------------------------------
+-- rules: the limits of jobs.set_limit that count the row, and whether they hold it back now
+
+select jobs.set_limit(tenant_id => 'acme', concurrency => 1) \g /dev/null
+select jobs.set_limit(queue => 'q-rules', rate => 5, per => '1 minute') \g /dev/null
+select jobs.enqueue(name => 'r', input => '{}', idempotency_key => 'r' || n, queue => 'q-rules',
+                    tenant_id => 'acme')
+  from generate_series(1, 2) n \g /dev/null
+select count(*) from jobs.claim_v1(queues => array['q-rules'], worker_id => 'w-rules',
+                                   batch_size => 5) \g /dev/null
+select id as rid from jobs.jobs where queue = 'q-rules' and state = 'ready' \gset
+select is(jsonb_array_length(jobs.inspect_job(:'rid') -> 'rules'), 2,
+          'rules lists each limit set in SQL that counts the row');
+select is(jobs.inspect_job(:'rid') -> 'rules' -> 0,
+          '{"queue": null, "tenant_id": "acme", "concurrency": 1, "running": 1, "rate": null,
+            "per_seconds": null, "started": null, "held_back": true}'::jsonb,
+          'the tenant''s rule: 1 of 1 running, so it holds the row back');
+select is(jobs.inspect_job(:'rid') -> 'rules' -> 1,
+          '{"queue": "q-rules", "tenant_id": null, "concurrency": null, "running": 0, "rate": 5,
+            "per_seconds": 60, "started": 1, "held_back": false}'::jsonb,
+          'the queue''s rate: 1 of 5 started, so it holds nothing back (false, never NULL)');
+select is(jobs.inspect_job((select id from jobs.jobs where queue = 'qd-a' limit 1)) -> 'rules',
+          '[]'::jsonb, 'a row no rule counts answers an empty list');
 
 select * from finish();
 rollback;

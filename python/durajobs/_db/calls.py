@@ -28,6 +28,7 @@ from durajobs._values.records import (
     JobSummary,
     JobType,
     LimitRow,
+    LimitRule,
     OutboxRecord,
     PurgeResult,
     QueueDepth,
@@ -681,3 +682,36 @@ def forget_job_type(name: str) -> Call[bool]:
 
 def limits(name: str | None = None) -> Call[list[LimitRow]]:
     return _call("jobs.limits", LimitRow.COLUMNS, {"name": name}, _all(LimitRow.from_row))
+
+
+def set_limit(
+    *,
+    queue: str | None = None,
+    tenant_id: str | None = None,
+    every_tenant: bool = False,
+    concurrency: int | None = None,
+    rate: int | None = None,
+    per: timedelta | None = None,
+    set_by: str | None = None,
+) -> Call[LimitRule]:
+    arguments = {
+        "queue": queue,
+        "tenant_id": tenant_id,
+        "every_tenant": every_tenant,
+        "concurrency": concurrency,
+        "rate": rate,
+        "per": per,
+        "set_by": set_by,
+    }
+    return _call("jobs.set_limit", LimitRule.COLUMNS, arguments, _one(LimitRule.from_row))
+
+
+def clear_limit(
+    *,
+    queue: str | None = None,
+    tenant_id: str | None = None,
+    every_tenant: bool = False,
+    kind: str = "all",
+) -> Call[bool]:
+    arguments = {"queue": queue, "tenant_id": tenant_id, "every_tenant": every_tenant, "kind": kind}
+    return _call("jobs.clear_limit", "", arguments, _scalar, scalar=True)

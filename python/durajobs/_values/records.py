@@ -329,16 +329,37 @@ class JobType(Answer):
 
 @dataclass(frozen=True, slots=True)
 class LimitRow(Answer):
-    """One limited job, or one key of a keyed limit, as `jobs.limits()` answers it."""
+    """One limit as `jobs.limits()` answers it: a job's declared limit (one row per key when
+    keyed), or a rule of `jobs.set_limit` (one row per tenant for an every-tenant rule)."""
 
-    name: str
+    scope: str  # 'job', 'fleet', 'queue', 'tenant' or 'every tenant'
+    name: str | None  # the job, for scope 'job'
     concurrency_key: str | None
-    concurrency: int
-    when_busy: str
+    queue: str | None  # a rule's queue; None: every queue
+    tenant_id: str | None
+    concurrency: int | None
+    when_busy: str | None
+    rate: int | None  # at most `rate` starts in any window of `per`
+    per: timedelta | None
+    started: int | None  # the starts inside the rate's window now
     running: int
     waiting: int
-    held_back: int  # due rows waiting because the group runs at its limit
+    held_back: int  # due rows waiting because the group is at its limit or used its rate
     holders: list[str]  # the workers running its attempts
+
+
+@dataclass(frozen=True, slots=True)
+class LimitRule(Answer):
+    """A limit set in SQL (`jobs.set_limit`) as it now stands."""
+
+    queue: str | None
+    tenant_id: str | None
+    every_tenant: bool
+    concurrency: int | None
+    rate: int | None
+    per: timedelta | None
+    set_by: str | None
+    set_at: datetime
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,7 +7,7 @@ registry that declares the job, and is None when no registry (or no declaration)
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -39,6 +39,9 @@ class JobDetail:
     # the job's concurrency limit and its group now: {concurrency, keyed, when_busy, key,
     # running, held_back}, or None for a job without one
     limit: dict[str, Any] | None = None
+    # the limits set in SQL that count the row: [{queue, tenant_id, concurrency, running, rate,
+    # per_seconds, started, held_back}, ...]
+    rules: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def state(self) -> JobState:
@@ -53,6 +56,7 @@ class JobDetail:
             if self.retries_ahead is None
             else [retry.as_json() for retry in self.retries_ahead],
             "limit": self.limit,
+            "rules": self.rules,
         }
 
 
@@ -86,4 +90,5 @@ def job_detail(document: dict[str, Any], registry: Registry | None = None) -> Jo
         queue_paused=bool(document["queue_paused"]),
         retries_ahead=retries_ahead(job, registry),
         limit=document.get("limit"),
+        rules=list(document.get("rules") or []),
     )

@@ -23,6 +23,11 @@ URL and registry helpers.
     durajobs tasks resume T
     durajobs workers
     durajobs counters [--name N] [--since ISO | --minutes M] [--buckets]
+    durajobs limits show [--name JOB]
+    durajobs limits set [--queue Q] [--tenant T | --every-tenant] [--concurrency N]
+                        [--rate K/WINDOW] [--by WHO]
+    durajobs limits clear [--queue Q] [--tenant T | --every-tenant]
+                          [--kind concurrency|rate|all]
 
 Every command takes --database-url (default $DATABASE_URL) and --json. A refusal prints
 `error: X_...: ...` and `fix: ...` on stderr and exits 1, having changed nothing; an argument
@@ -68,6 +73,12 @@ zone), intervals are seconds. The keys are stable:
     counters --buckets
                    {"since": ISO, "buckets": [{"name", "tier", "bucket", "done", "retried",
                     "failed", "dead", "duration_ms", "avg_duration_ms"}, ...]}
+    limits show    {"limits": [{"scope", "name", "concurrency_key", "queue", "tenant_id",
+                    "concurrency", "when_busy", "rate", "per", "started", "running",
+                    "waiting", "held_back", "holders"}, ...]}
+    limits set     {"limit": {"queue", "tenant_id", "every_tenant", "concurrency", "rate",
+                    "per", "set_by", "set_at"}}
+    limits clear   {"queue", "tenant_id", "every_tenant", "kind", "removed": bool}
 """
 
 from __future__ import annotations
@@ -82,6 +93,7 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 from uuid import UUID
 
 from durajobs._db import calls
+from durajobs._values.durations import parse_duration
 from durajobs._values.records import (
     BulkResult,
     CounterRow,
@@ -301,7 +313,24 @@ def _job_fields(detail: JobDetail) -> list[tuple[str, str]]:
         ("progress", _progress_text(job.get("progress"))),
         ("last error", _last_error_text(job)),
         ("limit", _limit_detail_text(detail.limit)),
+        *[("set limit", _rule_detail_text(rule)) for rule in detail.rules],
     ]
+
+
+def _rule_detail_text(rule: dict[str, Any]) -> str:
+    """A limit set in SQL that counts the row, and what it does to the row now."""
+    scope = f"tenant {rule['tenant_id']}" if rule["tenant_id"] is not None else "every tenant"
+    scope += f" in queue {rule['queue']}" if rule["queue"] is not None else " in every queue"
+    bounds = []
+    if rule["concurrency"] is not None:
+        bounds.append(f"{rule['running']} of {rule['concurrency']} running")
+    if rule["rate"] is not None:
+        per = render.span(float(rule["per_seconds"]))
+        bounds.append(f"{rule['started']} of {rule['rate']} started per {per}")
+    text = f"{scope}: {', '.join(bounds)}"
+    if rule["held_back"]:
+        text += ": held back until it has room"
+    return text
 
 
 def _limit_detail_text(limit: dict[str, Any] | None) -> str:
@@ -608,13 +637,13 @@ def _limit_text(kind: JobType) -> str:
 
 def _limits_text(rows: Sequence[LimitRow]) -> str:
     if not rows:
-        return "no job declares a concurrency limit"
-    headers = ["JOB", "KEY", "LIMIT", "RUNNING", "WAITING", "HELD BACK", "HOLDERS"]
+        return "no limit is declared or set"
+    headers = ["SCOPE", "OF", "LIMIT", "RUNNING", "WAITING", "HELD BACK", "HOLDERS"]
     table = [
         [
-            row.name,
-            render.text(row.concurrency_key),
-            f"{row.concurrency}{' (fail)' if row.when_busy == 'fail' else ''}",
+            row.scope,
+            _limit_scope_text(row),
+            _limit_bound_text(row),
             str(row.running),
             str(row.waiting),
             str(row.held_back),
@@ -625,10 +654,92 @@ def _limits_text(rows: Sequence[LimitRow]) -> str:
     return render.table(headers, table)
 
 
+def _limit_scope_text(row: LimitRow) -> str:
+    """What the limit counts: the job (and key), or the rule's tenant and queue."""
+    if row.scope == "job":
+        key = f" key {row.concurrency_key!r}" if row.concurrency_key is not None else ""
+        return f"{row.name}{key}"
+    parts = []
+    if row.tenant_id is not None:
+        parts.append(f"tenant {row.tenant_id}")
+    parts.append(f"queue {row.queue}" if row.queue is not None else "every queue")
+    return ", ".join(parts)
+
+
+def _limit_bound_text(row: LimitRow) -> str:
+    """'3 running', '100 per 60s (12 started)', or both."""
+    bounds = []
+    if row.concurrency is not None:
+        bounds.append(f"{row.concurrency} running{' (fail)' if row.when_busy == 'fail' else ''}")
+    if row.rate is not None and row.per is not None:
+        bounds.append(
+            f"{row.rate} per {render.span(row.per.total_seconds())} ({row.started or 0} started)"
+        )
+    return "; ".join(bounds)
+
+
 def _cmd_limits_show(args: argparse.Namespace) -> int:
     with _connect(args) as client:
         rows = client.limits(args.name)
     return _answer(args, {"limits": rows}, _limits_text(rows))
+
+
+def _rate_option(value: str | None) -> tuple[int | None, timedelta | None]:
+    """`--rate K/WINDOW` (e.g. 100/1m) as (K, the window); (None, None) when not given."""
+    if value is None:
+        return None, None
+    count, slash, window = value.partition("/")
+    if not slash or not count.strip().isdigit():
+        raise ArgumentInvalid(
+            f"--rate must be STARTS/WINDOW such as 100/1m, got {value!r}",
+            detail={"argument": "--rate"},
+        )
+    try:
+        per = parse_duration(window.strip(), field="--rate")
+    except DurajobsError as refused:
+        raise ArgumentInvalid(str(refused), detail={"argument": "--rate"}) from None
+    return int(count), per
+
+
+def _cmd_limits_set(args: argparse.Namespace) -> int:
+    rate, per = _rate_option(args.rate)
+    with _connect(args) as client:
+        rule = client.set_limit(
+            queue=args.queue,
+            tenant_id=args.tenant,
+            every_tenant=args.every_tenant,
+            concurrency=args.concurrency,
+            rate=rate,
+            per=per,
+            set_by=args.by,
+        )
+    who = (
+        "each tenant"
+        if rule.every_tenant
+        else (f"tenant {rule.tenant_id}" if rule.tenant_id is not None else "every tenant together")
+    )
+    where = f"queue {rule.queue}" if rule.queue is not None else "every queue"
+    bounds = []
+    if rule.concurrency is not None:
+        bounds.append(f"at most {rule.concurrency} running")
+    if rule.rate is not None and rule.per is not None:
+        bounds.append(f"at most {rule.rate} started per {render.span(rule.per.total_seconds())}")
+    return _answer(args, {"limit": rule}, f"limit for {who} in {where}: {', '.join(bounds)}")
+
+
+def _cmd_limits_clear(args: argparse.Namespace) -> int:
+    with _connect(args) as client:
+        removed = client.clear_limit(
+            queue=args.queue, tenant_id=args.tenant, every_tenant=args.every_tenant, kind=args.kind
+        )
+    document = {
+        "queue": args.queue,
+        "tenant_id": args.tenant,
+        "every_tenant": args.every_tenant,
+        "kind": args.kind,
+        "removed": removed,
+    }
+    return _answer(args, document, "removed" if removed else "no such limit: nothing changed")
 
 
 def _cmd_jobs_types(args: argparse.Namespace) -> int:
@@ -951,13 +1062,48 @@ def add_operator_commands(commands: Subcommands, with_database: WithDatabase) ->
     _add_tasks(commands, with_database)
     _leaf(commands, "workers", "the live workers", _cmd_workers, with_database)
     _add_counters(commands, with_database)
-    limits = commands.add_parser("limits", help="the concurrency limits and what they hold")
+    limits = commands.add_parser("limits", help="the limits, what they hold, and setting them")
     limit_actions = limits.add_subparsers(dest="limits_command", required=True)
     show = _leaf(
         limit_actions,
         "show",
-        "each limited job (and key): its limit, what runs, waits and is held back, the holders",
+        "each limit (a job's, or set): what runs, waits and is held back, the holders",
         _cmd_limits_show,
         with_database,
     )
-    show.add_argument("--name", help="only this job")
+    show.add_argument("--name", help="only this job's declared limit")
+    set_ = _leaf(
+        limit_actions,
+        "set",
+        "set a fleet-wide limit for a queue, a tenant, each tenant or the fleet",
+        _cmd_limits_set,
+        with_database,
+    )
+    _add_limit_selector(set_)
+    set_.add_argument("--concurrency", type=int, help="at most N attempts running at once")
+    set_.add_argument("--rate", help="at most K attempts started per window, as K/WINDOW (100/1m)")
+    set_.add_argument("--by", help="who set it, for the record")
+    clear = _leaf(
+        limit_actions,
+        "clear",
+        "remove a limit set with limits set",
+        _cmd_limits_clear,
+        with_database,
+    )
+    _add_limit_selector(clear)
+    clear.add_argument(
+        "--kind",
+        choices=["concurrency", "rate", "all"],
+        default="all",
+        help="which of the selector's limits goes (all)",
+    )
+
+
+def _add_limit_selector(parser: argparse.ArgumentParser) -> None:
+    """--queue and --tenant | --every-tenant: which rows a set limit counts."""
+    parser.add_argument("--queue", help="only this queue (default: every queue together)")
+    tenants = parser.add_mutually_exclusive_group()
+    tenants.add_argument("--tenant", help="only this tenant")
+    tenants.add_argument(
+        "--every-tenant", action="store_true", help="each tenant apart (a --tenant rule overrides)"
+    )

@@ -14,6 +14,9 @@ from durajobs.errors import ArgumentInvalid, DeclarationInvalid
 # what jobs.enqueue accepts as a concurrency_key
 MAX_KEY_LENGTH = 200
 
+# the fields of a declaration the claim enforces a limit from (jobs.declare_job's differences)
+LIMIT_FIELDS = frozenset({"concurrency", "concurrency_keyed", "when_busy"})
+
 WhenBusy = Literal["wait", "fail"]
 
 
@@ -43,10 +46,18 @@ class Limit:
 
     def key_of(self, job: str, input: Any) -> str | None:
         """The run's concurrency key (None when the limit is the job's): a non-empty text of at
-        most 200 characters, else X_ARGUMENT_INVALID naming the job."""
+        most 200 characters, else X_ARGUMENT_INVALID naming the job, as for a key() that
+        raises."""
         if self.key is None:
             return None
-        key = self.key(input)
+        try:
+            key = self.key(input)
+        except Exception as failure:
+            # at enqueue, so nothing is stored: the claim never calls key() (R66)
+            raise ArgumentInvalid(
+                f"job {job}: its concurrency key raised {failure!r}",
+                detail={"job": job, "argument": "concurrency_key"},
+            ) from failure
         if not isinstance(key, str) or not key.strip() or len(key) > MAX_KEY_LENGTH:
             raise ArgumentInvalid(
                 f"job {job}: its concurrency key answered {key!r}; it must be a non-empty text of "

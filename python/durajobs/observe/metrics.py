@@ -4,10 +4,13 @@ Two kinds of series:
 - this process's own, counted as it happens: jobs_total{queue,outcome} (outcome ok, failed or
   dead; a suspension, a drain's interrupted attempt, a park, a cancel add nothing),
   job_leases_lost_total{queue}, worker_in_flight and worker_capacity;
-- the queue's, read from the database at scrape time (one short connection, two statements):
+- the queue's, read from the database at scrape time (one short connection, three statements):
   queue_depth{queue} (the autoscaler's number, jobs.queue_depth), queue_oldest_ready_seconds
-  {queue} and queue_dead_jobs{queue} (jobs.queue_stats). A scrape the database cannot answer
-  leaves them out and logs why; the process series still answer.
+  {queue} and queue_dead_jobs{queue} (jobs.queue_stats); and per limit (jobs.limits: a job's
+  declared one per key, a set one per tenant where it counts each apart)
+  limit_held_back_jobs{scope,job,key,queue,tenant} (due rows waiting because the limit has no
+  room) and limit_running_jobs{...}. A scrape the database cannot answer leaves them out and
+  logs why; the process series still answer.
 Each worker has its own CollectorRegistry, so two workers in one process never collide.
 """
 
@@ -60,12 +63,22 @@ class QueueCollector(Collector):
         dead = GaugeMetricFamily(
             "queue_dead_jobs", "Jobs in the dead-letter state", labels=["queue"]
         )
+        limit_labels = ["scope", "job", "key", "queue", "tenant"]
+        held_back = GaugeMetricFamily(
+            "limit_held_back_jobs",
+            "Due jobs waiting because a limit has no room (running at its cap, or its rate used)",
+            labels=limit_labels,
+        )
+        limit_running = GaugeMetricFamily(
+            "limit_running_jobs", "Attempts running under a limit", labels=limit_labels
+        )
         try:
             with psycopg.connect(self._database_url, autocommit=True, connect_timeout=5) as db:
                 stats = execute(db, calls.queue_stats(self._queues))
                 depths = {
                     row.queue: row.depth for row in execute(db, calls.queue_depth(self._queues))
                 }
+                limits = execute(db, calls.limits())
         except Exception as failure:
             log.warning("jobs.metrics.scrape-failed", extra={"error": str(failure)})
             return
@@ -74,9 +87,21 @@ class QueueCollector(Collector):
             age = stat.oldest_ready_age.total_seconds() if stat.oldest_ready_age else 0.0
             oldest.add_metric([stat.queue], age)
             dead.add_metric([stat.queue], float(stat.dead))
+        for limit in limits:
+            labels = [
+                limit.scope,
+                limit.name or "",
+                limit.concurrency_key or "",
+                limit.queue or "",
+                limit.tenant_id or "",
+            ]
+            held_back.add_metric(labels, float(limit.held_back))
+            limit_running.add_metric(labels, float(limit.running))
         yield depth
         yield oldest
         yield dead
+        yield held_back
+        yield limit_running
 
 
 class WorkerMetrics:

@@ -18,7 +18,7 @@ from datetime import timedelta
 from durajobs._db import calls
 from durajobs._values.records import ClaimedJob
 from durajobs._values.states import HeartbeatAnswer
-from durajobs.errors import JobCancelled, JobLeaseLost
+from durajobs.errors import JobCancelled, JobLeaseLost, JobSlotLost
 from durajobs.runtime.attempt import Database
 from durajobs.runtime.cancel import CancelSignal
 
@@ -37,6 +37,7 @@ class LeaseKeeper:
         visibility: timedelta,
         on_lost: Callable[[ClaimedJob], None] | None = None,
         since: float | None = None,
+        limited: bool = False,
     ) -> None:
         self._db = db
         self._claimed = claimed
@@ -44,6 +45,8 @@ class LeaseKeeper:
         self._visibility = visibility.total_seconds()
         self._interval = self._visibility / 3
         self._on_lost = on_lost
+        # the row holds a place under a limit: its lease is that place, so losing one loses both
+        self._limited = limited
         self._stopped = False
         # made with the renewal task: most attempts end before it, and an Event per attempt
         # was a measurable part of a short job's cost
@@ -80,20 +83,18 @@ class LeaseKeeper:
         if self._stopped:
             return
         self.stop()
-        log.error(
-            "jobs.lease.lost",
-            extra={
-                "job": self._claimed.name,
-                "id": str(self._claimed.id),
-                "reason": reason,
-            },
-        )
-        self._signal.cancel(
-            JobLeaseLost(
-                f"job {self._claimed.id} lease lost ({reason})",
-                detail={"id": str(self._claimed.id), "reason": reason},
+        fields = {"job": self._claimed.name, "id": str(self._claimed.id), "reason": reason}
+        log.error("jobs.lease.lost", extra=fields)
+        detail = {"id": str(self._claimed.id), "reason": reason}
+        lost: JobLeaseLost
+        if self._limited:
+            log.error("jobs.worker.slot-lost", extra=fields)
+            lost = JobSlotLost(
+                f"job {self._claimed.id} lost its place under its limit ({reason})", detail=detail
             )
-        )
+        else:
+            lost = JobLeaseLost(f"job {self._claimed.id} lease lost ({reason})", detail=detail)
+        self._signal.cancel(lost)
         if self._on_lost is not None:
             self._on_lost(self._claimed)
 

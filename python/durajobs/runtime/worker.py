@@ -31,8 +31,15 @@ from durajobs._values.durations import Duration, parse_duration
 from durajobs._values.records import ClaimedJob
 from durajobs._values.states import DeclareOutcome
 from durajobs.declare.catalogue import deploy_label
+from durajobs.declare.limits import LIMIT_FIELDS
 from durajobs.declare.registry import Registry, Settled
-from durajobs.errors import ConfigInvalid, Draining, JobDeclarationConflict, JobKeyBusy
+from durajobs.errors import (
+    ConfigInvalid,
+    Draining,
+    JobConcurrencyUnenforceable,
+    JobDeclarationConflict,
+    JobKeyBusy,
+)
 from durajobs.observe.metrics import WorkerMetrics
 from durajobs.observe.tracing import job_span, spans_active
 from durajobs.runtime._asyncio import CancelWatch
@@ -92,6 +99,11 @@ class Worker:
     ) -> None:
         self.registry = registry
         self.queues = list(queues or registry.queues())
+        # the jobs whose running rows hold a place under a declared limit: a lost lease of one
+        # is a lost place (X_JOB_SLOT_LOST)
+        self._limited_names = frozenset(
+            job.name for job in registry.jobs() if job.concurrency is not None
+        )
         if not self.queues:
             raise ConfigInvalid(
                 "the worker serves no queue: declare a job or pass queues",
@@ -459,8 +471,13 @@ class Worker:
     async def _declare_jobs(self) -> None:
         """Put this deploy's declarations in the catalogue, so an enqueue from SQL gets them. A
         name another deploy declared differently keeps the stored one (old and new code both run
-        during a rolling deploy) and is logged; a failure is logged too: the worker runs on."""
+        during a rolling deploy) and is logged; a failure is logged too: the worker runs on.
+
+        Raises X_JOB_CONCURRENCY_UNENFORCEABLE when a job here declares a concurrency limit the
+        stored declaration does not hold: the claim enforces the stored one, so this worker's
+        limit would do nothing (R30)."""
         declared_by = deploy_label(self.worker_id)
+        unenforced: dict[str, Any] = {}
         try:
             for job in self.registry.jobs():
                 answer = await self.db.run(job.declaration(declared_by=declared_by))
@@ -474,8 +491,17 @@ class Worker:
                             "fix": JobDeclarationConflict.fix,
                         },
                     )
+                    differences = answer.differences or {}
+                    if job.concurrency is not None and LIMIT_FIELDS & differences.keys():
+                        unenforced[answer.name] = differences
         except Exception as failure:
             log.error("jobs.catalogue.failed", extra={"error": repr(failure)})
+        if unenforced:
+            raise JobConcurrencyUnenforceable(
+                f"the catalogue holds other concurrency limits than this worker declares for "
+                f"{', '.join(sorted(unenforced))}; the claim enforces the stored ones",
+                detail={"jobs": unenforced},
+            )
 
     async def _give_back_unknown_rows(self) -> None:
         """After a cut claim: hand back, uncounted, the rows this worker holds running but never
@@ -573,7 +599,14 @@ class Worker:
 
     def _start(self, row: ClaimedJob, asked: float) -> None:
         signal = CancelSignal()
-        keeper = LeaseKeeper(self.db, row, signal, visibility=self.visibility, since=asked)
+        keeper = LeaseKeeper(
+            self.db,
+            row,
+            signal,
+            visibility=self.visibility,
+            since=asked,
+            limited=row.name in self._limited_names,
+        )
         attempt = Attempt(
             row,
             self.registry,

@@ -4,77 +4,15 @@ SIGKILLed holder's place comes back when its lapsed run is re-taken and ends."""
 
 from __future__ import annotations
 
-import os
 import signal
-import subprocess
-import sys
 import time
 
 import psycopg
 import pytest
 
 import durajobs
-from support.apps import LIMITED_APP
 from support.apps.limited import EFFECTS, registry
-from support.paths import TESTS
-
-
-def _worker(database_url: str, *extra: str) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [sys.executable, "-m", "durajobs.cli", "worker", "--app", LIMITED_APP, *extra],
-        cwd=TESTS,
-        env={**os.environ, "DATABASE_URL": database_url},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-
-
-def _stop(worker: subprocess.Popen[str]) -> str:
-    if worker.poll() is None:
-        worker.send_signal(signal.SIGTERM)
-    out, _ = worker.communicate(timeout=30)
-    return out
-
-
-def _one(database_url: str, query: str, params: object = ()) -> tuple:
-    with psycopg.connect(database_url, autocommit=True) as connection:
-        row = connection.execute(query, params).fetchone()
-    assert row is not None
-    return row
-
-
-def _wait_done(database_url: str, names: list[str], count: int, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while True:
-        (done,) = _one(
-            database_url,
-            "select count(*) from jobs.jobs where name = any(%s) and state = 'done'",
-            [names],
-        )
-        if done >= count:
-            return
-        assert time.monotonic() < deadline, f"only {done} of {count} jobs done in {timeout} s"
-        time.sleep(0.1)
-
-
-# the most handler runs overlapping at any instant one of them started, per job (and per key)
-PEAK = """
-select coalesce(max(overlapping), 0)
-  from (select (select count(*)
-                  from limit_effects o
-                 where o.job = e.job
-                   and (%(per_key)s is false or o.key = e.key)
-                   and o.started <= e.started
-                   and coalesce(o.ended, 'infinity') > e.started) as overlapping
-          from limit_effects e
-         where e.job = %(job)s) peaks
-"""
-
-
-def _peak(database_url: str, job: str, *, per_key: bool = False) -> int:
-    (peak,) = _one(database_url, PEAK, {"job": job, "per_key": per_key})
-    return int(peak)
+from support.limit_effects import one, peak, stop, wait_done, worker
 
 
 @pytest.fixture
@@ -95,28 +33,28 @@ def test_two_workers_never_run_more_than_the_limit(effects):
                 {"n": n, "key": f"acct-{n % 6}"}, using=client
             )
             registry.get("unlimited").enqueue({"n": n}, using=client)  # type: ignore[union-attr]
-    workers = [_worker(database_url, "--concurrency", "8") for _ in range(2)]
+    workers = [worker(database_url, "--concurrency", "8") for _ in range(2)]
     try:
-        _wait_done(
+        wait_done(
             database_url,
             ["one-at-a-time", "three-at-a-time", "per-account", "unlimited"],
             240,
             timeout=90,
         )
     finally:
-        logs = [_stop(worker) for worker in workers]
+        logs = [stop(worker) for worker in workers]
     assert all(worker.returncode == 0 for worker in workers), logs
 
-    assert _peak(database_url, "one-at-a-time") == 1
-    assert 2 <= _peak(database_url, "three-at-a-time") <= 3, "the limit is 3, and 3 can run"
-    assert _peak(database_url, "per-account", per_key=True) == 1
-    assert _peak(database_url, "per-account") >= 2, "different keys run side by side"
-    assert _peak(database_url, "unlimited") > 3, "an unlimited job is not held to any limit"
-    (runs, distinct_runs) = _one(
+    assert peak(database_url, "one-at-a-time") == 1
+    assert 2 <= peak(database_url, "three-at-a-time") <= 3, "the limit is 3, and 3 can run"
+    assert peak(database_url, "per-account", per_key=True) == 1
+    assert peak(database_url, "per-account") >= 2, "different keys run side by side"
+    assert peak(database_url, "unlimited") > 3, "an unlimited job is not held to any limit"
+    (runs, distinct_runs) = one(
         database_url, "select count(*), count(distinct (job, n)) from limit_effects"
     )
     assert runs == distinct_runs == 240, "each job ran exactly once"
-    (pids,) = _one(database_url, "select count(distinct pid) from limit_effects")
+    (pids,) = one(database_url, "select count(distinct pid) from limit_effects")
     assert pids == 2, "both workers took part"
 
 
@@ -127,10 +65,10 @@ def test_a_killed_holder_gives_its_place_back_once_its_run_is_retaken(effects):
     with durajobs.Client.connect(database_url) as client:
         registry.declare(client, declared_by="test")
         job.enqueue({"n": 1, "first_attempt_seconds": 60}, using=client)
-    holder = _worker(database_url, "--visibility", "1", "--queues", "default")
+    holder = worker(database_url, "--visibility", "1", "--queues", "default")
     try:
         deadline = time.monotonic() + 30
-        while _one(database_url, "select count(*) from limit_effects")[0] == 0:
+        while one(database_url, "select count(*) from limit_effects")[0] == 0:
             assert time.monotonic() < deadline, "the holder never started its run"
             time.sleep(0.05)
         with durajobs.Client.connect(database_url) as client:
@@ -144,11 +82,11 @@ def test_a_killed_holder_gives_its_place_back_once_its_run_is_retaken(effects):
     with psycopg.connect(database_url, autocommit=True) as connection:
         # the killed body's run ended with its process
         connection.execute("update limit_effects set ended = clock_timestamp() where ended is null")
-    successor = _worker(database_url, "--visibility", "1", "--queues", "default")
+    successor = worker(database_url, "--visibility", "1", "--queues", "default")
     try:
-        _wait_done(database_url, ["one-at-a-time"], 2, timeout=20)
+        wait_done(database_url, ["one-at-a-time"], 2, timeout=20)
     finally:
-        _stop(successor)
+        stop(successor)
     assert time.monotonic() - killed_at < 15, "the place came back within a few leases"
     rows = {
         n: (attempt, state)
@@ -157,4 +95,4 @@ def test_a_killed_holder_gives_its_place_back_once_its_run_is_retaken(effects):
         .fetchall()
     }
     assert rows == {1: (2, "done"), 2: (1, "done")}, "the killed run was re-taken, then n=2 ran"
-    assert _peak(database_url, "one-at-a-time") == 1
+    assert peak(database_url, "one-at-a-time") == 1

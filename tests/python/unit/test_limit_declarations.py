@@ -48,6 +48,17 @@ def test_a_bad_key_is_refused_at_enqueue_naming_the_job(bad):
         keyed.request({"key": "a"})
 
 
+def test_a_key_that_raises_is_refused_at_enqueue_with_the_cause():
+    def key(item: object) -> str:
+        raise KeyError("account_id")
+
+    keyed = _declare(Concurrency(key=key, limit=1))
+    with pytest.raises(durajobs.ArgumentInvalid, match="its concurrency key raised") as refused:
+        keyed.request({"key": "a"})
+    assert isinstance(refused.value.__cause__, KeyError)
+    assert refused.value.detail["argument"] == "concurrency_key"
+
+
 def test_the_declaration_reaches_the_catalogue_call_and_the_description():
     keyed = _declare(Concurrency(key=lambda item: item.key, limit=3))
     params = keyed.declaration(declared_by="t").params

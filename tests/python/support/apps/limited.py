@@ -73,3 +73,16 @@ async def per_account(ctx: JobContext[Work]) -> None:
 @declare(registry, "unlimited", input=Work, idempotency_key=_key)
 async def unlimited(ctx: JobContext[Work]) -> None:
     await _run(ctx, "unlimited")
+
+
+# its tenant is the input's key; the limits it meets are set in SQL by the tests
+@declare(
+    registry,
+    "tenant-work",
+    input=Work,
+    idempotency_key=_key,
+    tenant=lambda work: work.key,
+    queue="tenants",
+)
+async def tenant_work(ctx: JobContext[Work]) -> None:
+    await _run(ctx, "tenant-work")
