@@ -72,44 +72,47 @@ returns table (
   scope_queue text,
   scope_tenant text
 )
-language sql
+language plpgsql
 stable
 set search_path = pg_catalog, pg_temp
 as $$
-  select g.ord, g.grp, g.rule_id, g.stamp_tenant, g.cap, g.rate, g.per, g.scope_queue,
-         g.scope_tenant
-    from (
-      select x.ord::integer as ord,
-             'r:' || r.id || case when r.every_tenant then E'\x1f' || x.tenant_id else '' end
-               as grp,
-             r.id as rule_id,
-             case when r.every_tenant then x.tenant_id else '' end as stamp_tenant,
-             case when own_cap.id is not null then null else r.concurrency end as cap,
-             case when own_rate.id is not null then null else r.rate end as rate,
-             r.per,
-             r.queue as scope_queue,
-             case when r.every_tenant then x.tenant_id else r.tenant_id end as scope_tenant
-        from unnest(_rule_groups_of.queues, _rule_groups_of.tenant_ids)
-               with ordinality as x(queue, tenant_id, ord)
-        join jobs.limit_rules r
-          on (r.queue is null or r.queue = x.queue)
-         and (r.tenant_id = x.tenant_id
-              or (r.tenant_id is null and not r.every_tenant)
-              or (r.every_tenant and x.tenant_id is not null))
-        -- the tenant's own rule with the same queue scope, per kind
-        left join jobs.limit_rules own_cap
-          on r.every_tenant
-         and own_cap.tenant_id = x.tenant_id
-         and own_cap.queue is not distinct from r.queue
-         and own_cap.concurrency is not null
-        left join jobs.limit_rules own_rate
-          on r.every_tenant
-         and own_rate.tenant_id = x.tenant_id
-         and own_rate.queue is not distinct from r.queue
-         and own_rate.rate is not null
-    ) g
-   where g.cap is not null
-      or g.rate is not null
+begin
+  return query
+    select g.ord, g.grp, g.rule_id, g.stamp_tenant, g.cap, g.rate, g.per, g.scope_queue,
+           g.scope_tenant
+      from (
+        select x.ord::integer as ord,
+               'r:' || r.id || case when r.every_tenant then E'\x1f' || x.tenant_id else '' end
+                 as grp,
+               r.id as rule_id,
+               case when r.every_tenant then x.tenant_id else '' end as stamp_tenant,
+               case when own_cap.id is not null then null else r.concurrency end as cap,
+               case when own_rate.id is not null then null else r.rate end as rate,
+               r.per,
+               r.queue as scope_queue,
+               case when r.every_tenant then x.tenant_id else r.tenant_id end as scope_tenant
+          from unnest(_rule_groups_of.queues, _rule_groups_of.tenant_ids)
+                 with ordinality as x(queue, tenant_id, ord)
+          join jobs.limit_rules r
+            on (r.queue is null or r.queue = x.queue)
+           and (r.tenant_id = x.tenant_id
+                or (r.tenant_id is null and not r.every_tenant)
+                or (r.every_tenant and x.tenant_id is not null))
+          -- the tenant's own rule with the same queue scope, per kind
+          left join jobs.limit_rules own_cap
+            on r.every_tenant
+           and own_cap.tenant_id = x.tenant_id
+           and own_cap.queue is not distinct from r.queue
+           and own_cap.concurrency is not null
+          left join jobs.limit_rules own_rate
+            on r.every_tenant
+           and own_rate.tenant_id = x.tenant_id
+           and own_rate.queue is not distinct from r.queue
+           and own_rate.rate is not null
+      ) g
+     where g.cap is not null
+        or g.rate is not null;
+end;
 $$;
 
 -- jobs._rule_groups: jobs._rule_groups_of for one row of `queue` and `tenant_id`.

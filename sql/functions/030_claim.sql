@@ -47,29 +47,32 @@ returns table (
   rule_id bigint,
   stamp_tenant text
 )
-language sql
+language plpgsql
 stable
 set search_path = pg_catalog, pg_temp
 as $$
-  with candidates as materialized (
-    select j.id, j.name, j.concurrency_key, j.queue, j.tenant_id,
-           row_number() over (order by j.id)::integer as ord
-      from jobs.jobs j
-     where j.id = any(_candidate_groups.ids)
-  )
-  select c.id,
-         case when d.concurrency_keyed
-              then 'k:' || d.name || E'\x1f' || coalesce(c.concurrency_key, '')
-              else 'j:' || d.name end,
-         d.concurrency, null::integer, null::interval, d.when_busy, null::bigint, null::text
-    from candidates c
-    join jobs.declarations d on d.name = c.name and d.concurrency is not null
-  union all
-  select c.id, g.grp, g.cap, g.rate, g.per, 'wait', g.rule_id, g.stamp_tenant
-    from jobs._rule_groups_of(
-           array(select c.queue from candidates c order by c.ord),
-           array(select c.tenant_id from candidates c order by c.ord)) g
-    join candidates c on c.ord = g.ord
+begin
+  return query
+    with candidates as materialized (
+      select j.id, j.name, j.concurrency_key, j.queue, j.tenant_id,
+             row_number() over (order by j.id)::integer as ord
+        from jobs.jobs j
+       where j.id = any(_candidate_groups.ids)
+    )
+    select c.id,
+           case when d.concurrency_keyed
+                then 'k:' || d.name || E'\x1f' || coalesce(c.concurrency_key, '')
+                else 'j:' || d.name end,
+           d.concurrency, null::integer, null::interval, d.when_busy, null::bigint, null::text
+      from candidates c
+      join jobs.declarations d on d.name = c.name and d.concurrency is not null
+    union all
+    select c.id, g.grp, g.cap, g.rate, g.per, 'wait', g.rule_id, g.stamp_tenant
+      from jobs._rule_groups_of(
+             array(select c.queue from candidates c order by c.ord),
+             array(select c.tenant_id from candidates c order by c.ord)) g
+      join candidates c on c.ord = g.ord;
+end;
 $$;
 
 -- jobs._running_groups: every limit group with a concurrency cap that has attempts running now
@@ -87,43 +90,46 @@ returns table (
   scope_queue text,
   scope_tenant text
 )
-language sql
+language plpgsql
 stable
 set search_path = pg_catalog, pg_temp
 as $$
-  with running as materialized (
-    select r.name, r.concurrency_key, r.queue, r.tenant_id, count(*) as n
-      from jobs.jobs r
-     where r.state = 'running'
-       and r.capped
-     group by r.name, r.concurrency_key, r.queue, r.tenant_id
-  ),
-  scopes as materialized (
-    select x.queue, x.tenant_id, sum(x.n) as n,
-           row_number() over (order by x.queue, x.tenant_id)::integer as ord
-      from running x
-     group by x.queue, x.tenant_id
-  ),
-  counted as (
-    select case when d.concurrency_keyed
-                then 'k:' || d.name || E'\x1f' || coalesce(x.concurrency_key, '')
-                else 'j:' || d.name end as grp,
-           d.concurrency as cap, x.n, d.when_busy, d.name as scope_job,
-           case when d.concurrency_keyed then x.concurrency_key end as scope_key,
-           null::text as scope_queue, null::text as scope_tenant
-      from running x
-      join jobs.declarations d on d.name = x.name and d.concurrency is not null
-    union all
-    select g.grp, g.cap, x.n, 'wait', null, null, g.scope_queue, g.scope_tenant
-      from jobs._rule_groups_of(array(select x.queue from scopes x order by x.ord),
-                                array(select x.tenant_id from scopes x order by x.ord)) g
-      join scopes x on x.ord = g.ord
-     where g.cap is not null
-  )
-  select c.grp, c.cap, sum(c.n)::bigint, c.when_busy, c.scope_job, c.scope_key, c.scope_queue,
-         c.scope_tenant
-    from counted c
-   group by c.grp, c.cap, c.when_busy, c.scope_job, c.scope_key, c.scope_queue, c.scope_tenant
+begin
+  return query
+    with running as materialized (
+      select r.name, r.concurrency_key, r.queue, r.tenant_id, count(*) as n
+        from jobs.jobs r
+       where r.state = 'running'
+         and r.capped
+       group by r.name, r.concurrency_key, r.queue, r.tenant_id
+    ),
+    scopes as materialized (
+      select x.queue, x.tenant_id, sum(x.n) as n,
+             row_number() over (order by x.queue, x.tenant_id)::integer as ord
+        from running x
+       group by x.queue, x.tenant_id
+    ),
+    counted as (
+      select case when d.concurrency_keyed
+                  then 'k:' || d.name || E'\x1f' || coalesce(x.concurrency_key, '')
+                  else 'j:' || d.name end as grp,
+             d.concurrency as cap, x.n, d.when_busy, d.name as scope_job,
+             case when d.concurrency_keyed then x.concurrency_key end as scope_key,
+             null::text as scope_queue, null::text as scope_tenant
+        from running x
+        join jobs.declarations d on d.name = x.name and d.concurrency is not null
+      union all
+      select g.grp, g.cap, x.n, 'wait', null, null, g.scope_queue, g.scope_tenant
+        from jobs._rule_groups_of(array(select x.queue from scopes x order by x.ord),
+                                  array(select x.tenant_id from scopes x order by x.ord)) g
+        join scopes x on x.ord = g.ord
+       where g.cap is not null
+    )
+    select c.grp, c.cap, sum(c.n)::bigint, c.when_busy, c.scope_job, c.scope_key, c.scope_queue,
+           c.scope_tenant
+      from counted c
+     group by c.grp, c.cap, c.when_busy, c.scope_job, c.scope_key, c.scope_queue, c.scope_tenant;
+end;
 $$;
 
 -- jobs._started_groups: every rate group with starts inside its window at `now`, with its rate,
@@ -136,26 +142,94 @@ returns table (
   scope_queue text,
   scope_tenant text
 )
-language sql
+language plpgsql
 stable
 set search_path = pg_catalog, pg_temp
 as $$
-  select 'r:' || r.id || case when r.every_tenant then E'\x1f' || s.tenant_id else '' end,
-         r.rate, count(*), r.queue,
-         case when r.every_tenant then s.tenant_id else r.tenant_id end
-    from jobs.limit_rules r
-    join jobs.limit_starts s
-      on s.rule_id = r.id
-     and s.started_at > _started_groups.now - r.per
-   where r.rate is not null
-     -- a tenant whose own rule sets a rate no longer counts under an every_tenant one
-     and not (r.every_tenant
-              and exists (select 1
-                            from jobs.limit_rules o
-                           where o.tenant_id = s.tenant_id
-                             and o.queue is not distinct from r.queue
-                             and o.rate is not null))
-   group by r.id, r.rate, r.queue, r.every_tenant, r.tenant_id, s.tenant_id
+begin
+  return query
+    select 'r:' || r.id || case when r.every_tenant then E'\x1f' || s.tenant_id else '' end,
+           r.rate, count(*), r.queue,
+           case when r.every_tenant then s.tenant_id else r.tenant_id end
+      from jobs.limit_rules r
+      join jobs.limit_starts s
+        on s.rule_id = r.id
+       and s.started_at > _started_groups.now - r.per
+     where r.rate is not null
+       -- a tenant whose own rule sets a rate no longer counts under an every_tenant one
+       and not (r.every_tenant
+                and exists (select 1
+                              from jobs.limit_rules o
+                             where o.tenant_id = s.tenant_id
+                               and o.queue is not distinct from r.queue
+                               and o.rate is not null))
+     group by r.id, r.rate, r.queue, r.every_tenant, r.tenant_id, s.tenant_id;
+end;
+$$;
+
+-- jobs._capped_candidates: the waiting capped rows of `queues` due at `now` that no full group
+-- passes over, at most `room`, in hand-out order, locked skip locked: the candidates of
+-- jobs._claim_limited. The groups to pass over: full_jobs (job names), full_keys (name and key
+-- joined by \x1f), blocked_queues, blocked_tenants, blocked_pairs (queue and tenant joined by
+-- \x1f), and every_stopped (an every_tenant rule at 0 exists: ask each row).
+-- The scan must walk jobs_claim_idx in order and stop after `room` rows. A generic plan, which
+-- cannot see the limit, otherwise reads and sorts every waiting capped row of the queue on
+-- each claim: bitmap and sequential scans are off for this function alone.
+-- Raises nothing. Locks: the rows it answers.
+create function jobs._capped_candidates(
+  queues text[],
+  room integer,
+  now timestamptz,
+  full_jobs text[],
+  full_keys text[],
+  blocked_queues text[],
+  blocked_tenants text[],
+  blocked_pairs text[],
+  every_stopped boolean
+)
+returns uuid[]
+language plpgsql
+volatile
+set search_path = pg_catalog, pg_temp
+set enable_bitmapscan = off
+set enable_seqscan = off
+as $$
+declare
+  v_held uuid[];
+begin
+  select coalesce(array_agg(c.id), '{}')
+    into v_held
+    from (
+      select w.id
+        from unnest(_capped_candidates.queues) as q(queue)
+        cross join lateral (
+          select j.id, j.priority, j.run_at
+            from jobs.jobs j
+           where j.queue = q.queue
+             and j.capped = true
+             and j.state in ('ready', 'delayed', 'suspended')
+             and j.run_at <= _capped_candidates.now
+             and not (j.name = any(_capped_candidates.full_jobs))
+             and not (j.name || E'\x1f' || coalesce(j.concurrency_key, '')
+                        = any(_capped_candidates.full_keys))
+             and (j.tenant_id is null
+                  or not (j.tenant_id = any(_capped_candidates.blocked_tenants)
+                          or q.queue || E'\x1f' || j.tenant_id
+                               = any(_capped_candidates.blocked_pairs)
+                          -- an every_tenant rule at 0 stops tenants that never ran, so no
+                          -- count names them: asked of each row, only while such a rule is
+                          or (_capped_candidates.every_stopped
+                              and jobs._rules_stop(q.queue, j.tenant_id))))
+           order by j.priority, j.run_at, j.id
+           limit _capped_candidates.room
+             for update skip locked
+        ) w
+       where not (q.queue = any(_capped_candidates.blocked_queues))
+       order by w.priority, w.run_at, w.id
+       limit _capped_candidates.room
+    ) c;
+  return v_held;
+end;
 $$;
 
 -- jobs._claim_limited: the waiting rows jobs._claim hands out while any limit exists (a
@@ -312,36 +386,10 @@ begin
   if v_block_all then
     v_held := '{}';
   else
-    -- capped candidates in hand-out order, locked skip locked
-    select coalesce(array_agg(c.id), '{}')
-      into v_held
-      from (
-        select w.id
-          from unnest(_claim_limited.queues) as q(queue)
-          cross join lateral (
-            select j.id, j.priority, j.run_at
-              from jobs.jobs j
-             where j.queue = q.queue
-               and j.capped = true
-               and j.state in ('ready', 'delayed', 'suspended')
-               and j.run_at <= _claim_limited.now
-               and not (j.name = any(v_full_jobs))
-               and not (j.name || E'\x1f' || coalesce(j.concurrency_key, '') = any(v_full_keys))
-               and (j.tenant_id is null
-                    or not (j.tenant_id = any(v_block_tenants)
-                            or q.queue || E'\x1f' || j.tenant_id = any(v_block_pairs)
-                            -- an every_tenant rule at 0 stops tenants that never ran, so no
-                            -- count names them: asked of each row, only while such a rule is
-                            or (v_every_stopped
-                                and jobs._rules_stop(q.queue, j.tenant_id))))
-             order by j.priority, j.run_at, j.id
-             limit _claim_limited.room
-               for update skip locked
-          ) w
-         where not (q.queue = any(v_block_queues))
-         order by w.priority, w.run_at, w.id
-         limit _claim_limited.room
-      ) c;
+    v_held := jobs._capped_candidates(_claim_limited.queues, _claim_limited.room,
+                                      _claim_limited.now, v_full_jobs, v_full_keys,
+                                      v_block_queues, v_block_tenants, v_block_pairs,
+                                      v_every_stopped);
   end if;
 
   if cardinality(v_held) > 0 then

@@ -25,6 +25,8 @@ drop function if exists jobs._candidate_groups(ids uuid[]);
 
 drop function if exists jobs._capped(name text, queue text, tenant_id text);
 
+drop function if exists jobs._capped_candidates(queues text[], room integer, now timestamp with time zone, full_jobs text[], full_keys text[], blocked_queues text[], blocked_tenants text[], blocked_pairs text[], every_stopped boolean);
+
 drop function if exists jobs._check_selector(function_name text, queue text, tenant_id text, every_tenant boolean);
 
 drop function if exists jobs._rule_groups(queue text, tenant_id text);
