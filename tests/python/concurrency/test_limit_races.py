@@ -1,12 +1,14 @@
 """Two claimers racing for one limited group: the second waits for the first's commit and then
-counts its claim, so a limit of 1 is never exceeded, not even for an instant. The job's rows sit
-in two queues, so neither claimer sees the other's row among its own candidates: only the
-group's lock stands between them."""
+counts its claim, so a limit of 1 is never exceeded, not even for an instant. The group's rows
+sit in two queues, so neither claimer sees the other's row among its own candidates: only the
+group's lock stands between them. The group is a job's declared limit, a tenant's limit set in
+SQL, or a tenant's rate."""
 
 from __future__ import annotations
 
 import threading
 import time
+from datetime import timedelta
 
 import psycopg
 import pytest
@@ -16,22 +18,27 @@ from durajobs._db import calls
 from durajobs._db.execute import execute
 
 
-def _limited(database_url: str, queues: list[str]) -> None:
+def _limited(database_url: str, queues: list[str], limit: str = "declared") -> None:
     with psycopg.connect(database_url, autocommit=True) as connection:
-        execute(
-            connection,
-            calls.declare_job(
-                "one",
-                queue="q",
-                max_attempts=3,
-                priority=0,
-                tenant_required=False,
-                declared_by="test",
-                concurrency=1,
-            ),
-        )
+        if limit == "declared":
+            execute(
+                connection,
+                calls.declare_job(
+                    "one",
+                    queue="q",
+                    max_attempts=3,
+                    priority=0,
+                    tenant_required=False,
+                    declared_by="test",
+                    concurrency=1,
+                ),
+            )
+        elif limit == "tenant":
+            execute(connection, calls.set_limit(tenant_id="acme", concurrency=1))
+        else:
+            execute(connection, calls.set_limit(tenant_id="acme", rate=1, per=timedelta(hours=1)))
         for n, queue in enumerate(queues):
-            execute(connection, calls.enqueue("one", {}, f"k{n}", queue=queue))
+            execute(connection, calls.enqueue("one", {}, f"k{n}", queue=queue, tenant_id="acme"))
 
 
 def _waiting_on_a_lock(observer: psycopg.Connection, pid: int) -> bool:
@@ -41,9 +48,12 @@ def _waiting_on_a_lock(observer: psycopg.Connection, pid: int) -> bool:
     return row is not None and row[0] == "Lock"
 
 
+@pytest.mark.parametrize("limit", ["declared", "tenant", "rate"])
 @pytest.mark.parametrize(("first_commits", "second_gets"), [(True, 0), (False, 1)])
-def test_a_second_claimer_counts_the_first_ones_claim(database_url, first_commits, second_gets):
-    _limited(database_url, ["qa", "qb"])
+def test_a_second_claimer_counts_the_first_ones_claim(
+    database_url, first_commits, second_gets, limit
+):
+    _limited(database_url, ["qa", "qb"], limit)
     with (
         psycopg.connect(database_url) as first,
         psycopg.connect(database_url, autocommit=True) as second,
