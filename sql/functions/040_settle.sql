@@ -357,3 +357,86 @@ begin
   return 'lost';
 end;
 $$;
+
+create type jobs.heartbeat_answer as (
+  id uuid,
+  answer text
+);
+
+-- jobs.heartbeat_many_v1: renew the leases of many claimed attempts of one worker in one
+-- statement, each fenced on its own claim, as jobs.heartbeat_v1 renews one.
+-- Arguments: worker_id, ids and claims (parallel arrays of equal length), visibility (30 s from
+-- now, for every row). Answers (id, answer) per id, in input order: 'ok' (renewed),
+-- 'cancelled' (an operator cancelled the row this attempt held) or 'lost' (another claim owns
+-- it, it finished, or it is gone). Raises X_ARGUMENT_INVALID. Locks the rows this worker holds
+-- under those claims, in id order, each read by primary key.
+create function jobs.heartbeat_many_v1(
+  worker_id text,
+  ids uuid[],
+  claims bigint[],
+  visibility interval default interval '30 seconds'
+)
+returns setof jobs.heartbeat_answer
+language plpgsql
+volatile
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+  v_now timestamptz := jobs._now();
+begin
+  if worker_id is null or btrim(worker_id) = '' then
+    perform jobs._invalid('jobs.heartbeat_many_v1', 'worker_id',
+                          'must be the claiming worker''s id');
+  end if;
+  if ids is null or claims is null or cardinality(ids) <> cardinality(claims) then
+    perform jobs._invalid('jobs.heartbeat_many_v1', 'ids, claims',
+                          'must be arrays of equal length');
+  end if;
+  if array_position(ids, null) is not null or array_position(claims, null) is not null then
+    perform jobs._invalid('jobs.heartbeat_many_v1', 'ids, claims', 'must not contain NULL');
+  end if;
+  if visibility is null or visibility <= interval '0' then
+    perform jobs._invalid('jobs.heartbeat_many_v1', 'visibility', 'must be a positive interval');
+  end if;
+
+  return query
+    with requested as (
+      select r.id, r.claim, r.ord
+        from unnest(ids, claims) with ordinality as r(id, claim, ord)
+    ),
+    -- each row by primary key, locked, then judged, as jobs.ack_many_v1 reads them
+    held as materialized (
+      select l.id
+        from (select q.id, q.claim from requested q order by q.id) r
+        cross join lateral (
+          select j.id, j.state, j.claimed_by, j.claims
+            from jobs.jobs j
+           where j.id = r.id
+             and j.claimed_by = heartbeat_many_v1.worker_id
+             and j.claims = r.claim
+          offset 0
+             for update
+        ) l
+       where l.state = 'running'
+    ),
+    renewed as (
+      update jobs.jobs j
+         set lease_expires_at = v_now + heartbeat_many_v1.visibility,
+             updated_at = v_now
+       where j.id = any(array(select h.id from held h))
+      returning j.id
+    )
+    select r.id,
+           case when n.id is not null then 'ok'
+                -- a cancel keeps the token, so only the attempt that was running sees it
+                when (select j.state
+                        from jobs.jobs j
+                       where j.id = r.id
+                         and j.claimed_by = heartbeat_many_v1.worker_id
+                         and j.claims = r.claim) = 'cancelled' then 'cancelled'
+                else 'lost' end
+      from requested r
+      left join renewed n on n.id = r.id
+     order by r.ord;
+end;
+$$;

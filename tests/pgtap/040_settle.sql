@@ -3,7 +3,7 @@
 -- batch forms.
 begin;
 \ir fixtures/factory.sql
-select plan(90);
+select plan(99);
 
 set local durajobs.now = '2026-01-01 00:00:00+00';
 
@@ -382,6 +382,46 @@ select throws_ok(
 select throws_ok(
   format($$select jobs.ack_v1(id => %L, worker_id => '  ', claim => 1)$$, :'budget_shed'),
   'JQ001', null, 'a blank worker_id raises JQ001');
+
+-- ---------------------------------------------------------------------------------------------
+-- heartbeat_many_v1: one statement for a worker's rows, each fenced on its own claim, answered
+-- in input order: ok (renewed from now), cancelled, lost
+
+set local durajobs.now = '2026-01-01 00:10:00+00';
+select jobs_test.enqueue(queue => 'q-hbm') as hm1_id \gset
+select jobs_test.enqueue(queue => 'q-hbm') as hm2_id \gset
+select jobs_test.enqueue(queue => 'q-hbm') as hm3_id \gset
+select jobs_test.enqueue(queue => 'q-hbm') as hm4_id \gset
+select * from jobs_test.claim_one(queue => 'q-hbm', worker_id => 'w1') \gset hm1c_
+select * from jobs_test.claim_one(queue => 'q-hbm', worker_id => 'w1') \gset hm2c_
+select * from jobs_test.claim_one(queue => 'q-hbm', worker_id => 'w1') \gset hm3c_
+select * from jobs_test.claim_one(queue => 'q-hbm', worker_id => 'w2') \gset hm4c_
+select jobs_test.cancel(:'hm2c_id') \g /dev/null
+set local durajobs.now = '2026-01-01 00:10:20+00';
+select results_eq(
+  format($$select id, answer
+             from jobs.heartbeat_many_v1(worker_id => 'w1', ids => array[%L, %L, %L, %L]::uuid[],
+                                         claims => array[%s, %s, %s, %s], visibility => '60 seconds')$$,
+         :'hm3c_id', :'hm2c_id', :'hm1c_id', :'hm4c_id',
+         :'hm3c_claim', :'hm2c_claim', :'hm1c_claim' - 1, :'hm4c_claim'),
+  format($$values (%L::uuid, 'ok'), (%L::uuid, 'cancelled'), (%L::uuid, 'lost'), (%L::uuid, 'lost')$$,
+         :'hm3c_id', :'hm2c_id', :'hm1c_id', :'hm4c_id'),
+  'heartbeat_many_v1 answers each row in input order: ok, cancelled, a stale claim lost, another worker''s row lost');
+select is((jobs_test.job(:'hm3c_id')).lease_expires_at, '2026-01-01 00:11:20+00'::timestamptz,
+          'the renewed row''s lease runs from now + visibility');
+select isnt((jobs_test.job(:'hm1c_id')).lease_expires_at, '2026-01-01 00:11:20+00'::timestamptz,
+            'a row answered lost keeps its lease');
+select isnt((jobs_test.job(:'hm4c_id')).lease_expires_at, '2026-01-01 00:11:20+00'::timestamptz,
+            'another worker''s row is not renewed');
+select is((jobs_test.job(:'hm2c_id')).state, 'cancelled', 'the cancelled row stays cancelled');
+select is_empty($$select * from jobs.heartbeat_many_v1(worker_id => 'w1', ids => '{}', claims => '{}')$$,
+                'an empty batch answers nothing');
+select throws_ok($$select * from jobs.heartbeat_many_v1(worker_id => 'w1', ids => array[gen_random_uuid()], claims => '{}')$$,
+                 'JQ001', null, 'arrays of different lengths raise JQ001');
+select throws_ok($$select * from jobs.heartbeat_many_v1(worker_id => ' ', ids => '{}', claims => '{}')$$,
+                 'JQ001', null, 'a blank worker_id raises JQ001');
+select throws_ok($$select * from jobs.heartbeat_many_v1(worker_id => 'w1', ids => '{}', claims => '{}', visibility => '0')$$,
+                 'JQ001', null, 'visibility 0 raises JQ001');
 
 select * from finish();
 rollback;

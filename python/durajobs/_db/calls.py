@@ -249,6 +249,26 @@ def heartbeat(fence: Fence, *, visibility: timedelta | None = None) -> Call[Hear
     return _call("jobs.heartbeat_v1", "", arguments, decode, scalar=True)
 
 
+def heartbeat_many(
+    worker_id: str, fences: Sequence[Fence], *, visibility: timedelta | None = None
+) -> Call[dict[UUID, HeartbeatAnswer]]:
+    """One renewal of many leases of `worker_id`, each fenced on its own claim."""
+    arguments = {
+        "worker_id": worker_id,
+        "ids": [fence.id for fence in fences],
+        "claims": [fence.claim for fence in fences],
+        "visibility": visibility,
+    }
+
+    def decode(rows: Sequence[Row]) -> dict[UUID, HeartbeatAnswer]:
+        return {
+            row[0]: narrow(HeartbeatAnswer, row[1], table="jobs.heartbeat_many_v1", column="answer")
+            for row in rows
+        }
+
+    return _call("jobs.heartbeat_many_v1", "id, answer", arguments, decode)
+
+
 def record_step(
     fence: Fence,
     name: str,

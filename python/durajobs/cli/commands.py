@@ -34,6 +34,7 @@ from durajobs.declare.catalogue import conflict_error, conflicts, deploy_label, 
 from durajobs.declare.enqueue import EnqueueRequest
 from durajobs.errors import ArgumentInvalid, DurajobsError, JobInputInvalid
 from durajobs.observe.tracing import checked_traceparent, current_traceparent
+from durajobs.runtime import loop as event_loop
 from durajobs.runtime._asyncio import cancel_and_wait
 
 
@@ -208,7 +209,7 @@ def _cmd_worker(args: argparse.Namespace) -> int:
             if not done:
                 await cancel_and_wait(scheduling)
 
-    asyncio.run(run())
+    event_loop.run(run())
     if worker.abandoned:
         # a plain def body abandoned at the drain deadline still holds its thread, which the
         # interpreter would wait for at exit: leave now, the lease brings its job back
@@ -244,7 +245,7 @@ def _cmd_relay(args: argparse.Namespace) -> int:
             loop.add_signal_handler(number, relay.stop)
         await relay.run()
 
-    asyncio.run(run())
+    event_loop.run(run())
     return 0
 
 
@@ -263,7 +264,7 @@ def _cmd_scheduler(args: argparse.Namespace) -> int:
             loop.add_signal_handler(number, scheduler.stop)
         await scheduler.run()
 
-    asyncio.run(run())
+    event_loop.run(run())
     return 0
 
 

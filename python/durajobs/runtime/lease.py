@@ -1,10 +1,15 @@
-"""Keep an attempt's lease: renew it every third of the visibility timeout, and tell the body
-when the row is no longer ours.
+"""Keep the leases of every attempt a worker holds: one renewal statement a round for all of them
+(`jobs.heartbeat_many_v1`, each row fenced on its own claim), not a timer and a call per attempt.
 
-Expiry is judged on this process's clock from the last renewal that LANDED, checked before each
-call, so a hung call is caught too. A cancelled row is `jobs.lease.cancelled` (info, not a loss).
-Once stopped (the settle is being sent) nothing is reported: a renewal racing the ack is not a
-loss (the stopped flag is re-read after every await).
+A lease is renewed once a third of the visibility timeout has passed since its last renewal
+that LANDED; a round renews every lease at least half that old, so leases claimed at different
+moments share rounds. Expiry is judged on this process's clock from the last landed renewal,
+checked before each round, so a hung call is caught too: a lease whose window ran out is lost
+(`jobs.lease.lost`, reason `expired`), one another claim took is lost (`not-ours`), and a
+cancelled row is `jobs.lease.cancelled` (info, not a loss). A limited job's running row is its
+place under its limits, so its lost lease is a lost place (`jobs.worker.slot-lost`,
+X_JOB_SLOT_LOST). Once a lease is stopped (its settle is being sent) nothing is reported for
+it: a renewal racing the ack is not a loss.
 """
 
 from __future__ import annotations
@@ -12,152 +17,200 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from datetime import timedelta
+from typing import Any
+from uuid import UUID
 
 from durajobs._db import calls
+from durajobs._db.calls import Call
 from durajobs._values.records import ClaimedJob
 from durajobs._values.states import HeartbeatAnswer
 from durajobs.errors import JobCancelled, JobLeaseLost, JobSlotLost
-from durajobs.runtime.attempt import Database
 from durajobs.runtime.cancel import CancelSignal
 
 log = logging.getLogger(__name__)
 
+# the shortest wait between two rounds whose renewals failed: often enough to try again before a
+# window ends, rarely enough not to spin on a database that is away
+RETRY_FLOOR = 0.01  # seconds
 
-class LeaseKeeper:
-    """Renews one attempt's lease until `stop()`; cancels the attempt's signal on loss."""
+
+class HeldLease:
+    """One attempt's lease in its worker's renewer: `stop()` when the settle goes out."""
+
+    __slots__ = ("_renewer", "claimed", "last_landed", "limited", "signal", "stopped")
 
     def __init__(
         self,
-        db: Database,
+        renewer: LeaseRenewer,
         claimed: ClaimedJob,
         signal: CancelSignal,
         *,
-        visibility: timedelta,
-        on_lost: Callable[[ClaimedJob], None] | None = None,
-        since: float | None = None,
-        limited: bool = False,
+        since: float,
+        limited: bool,
     ) -> None:
-        self._db = db
-        self._claimed = claimed
-        self._signal = signal
-        self._visibility = visibility.total_seconds()
-        self._interval = self._visibility / 3
-        self._on_lost = on_lost
-        # the row holds a place under a limit: its lease is that place, so losing one loses both
-        self._limited = limited
-        self._stopped = False
-        # made with the renewal task: most attempts end before it, and an Event per attempt
-        # was a measurable part of a short job's cost
-        self._stop_event: asyncio.Event | None = None
-        self._task: asyncio.Task[None] | None = None
-        self._timer: asyncio.TimerHandle | None = None
-        # when the lease began on this process's clock: the claim's send, not the attempt's start
-        self._since = time.monotonic() if since is None else since
-
-    def start(self) -> None:
-        # a timer, not a task, until the first renewal is due: most attempts end before it, and
-        # a task per attempt was a measurable part of a short job's cost
-        self._timer = asyncio.get_running_loop().call_later(self._interval, self._begin)
-
-    def _begin(self) -> None:
-        self._timer = None
-        if not self._stopped:
-            self._task = asyncio.get_running_loop().create_task(self._keep(first_wait=0.0))
+        self._renewer = renewer
+        self.claimed = claimed
+        self.signal = signal
+        # the lease began when the claim was sent, on this process's clock
+        self.last_landed = since
+        self.limited = limited
+        self.stopped = False
 
     def stop(self) -> None:
-        self._stopped = True
-        if self._stop_event is not None:
-            self._stop_event.set()
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
+        if not self.stopped:
+            self.stopped = True
+            self._renewer.forget(self)
 
     async def join(self) -> None:
+        """Stop it; the renewer never waits on one attempt, so there is nothing to await."""
         self.stop()
-        if self._task is not None:
-            await asyncio.gather(self._task, return_exceptions=True)
 
-    def _lost(self, reason: str) -> None:
-        if self._stopped:
-            return
-        self.stop()
-        fields = {"job": self._claimed.name, "id": str(self._claimed.id), "reason": reason}
-        log.error("jobs.lease.lost", extra=fields)
-        detail = {"id": str(self._claimed.id), "reason": reason}
-        lost: JobLeaseLost
-        if self._limited:
-            log.error("jobs.worker.slot-lost", extra=fields)
-            lost = JobSlotLost(
-                f"job {self._claimed.id} lost its place under its limit ({reason})", detail=detail
-            )
-        else:
-            lost = JobLeaseLost(f"job {self._claimed.id} lease lost ({reason})", detail=detail)
-        self._signal.cancel(lost)
-        if self._on_lost is not None:
-            self._on_lost(self._claimed)
 
-    async def _keep(self, first_wait: float) -> None:
-        last_landed = self._since
-        wait = first_wait
-        stop_event = self._stop_event = asyncio.Event()
-        while not self._stopped:
-            if wait > 0:
+class LeaseRenewer:
+    """Renews the leases a worker holds, all due ones in one statement a round."""
+
+    def __init__(
+        self,
+        run: Callable[[Call[Any]], Awaitable[Any]],
+        worker_id: str,
+        *,
+        visibility: timedelta,
+    ) -> None:
+        self._run = run
+        self._worker_id = worker_id
+        self._visibility_delta = visibility
+        self._visibility = visibility.total_seconds()
+        self._interval = self._visibility / 3
+        self._held: dict[UUID, HeldLease] = {}
+        self._changed: asyncio.Event | None = None
+        self._task: asyncio.Task[None] | None = None
+
+    def hold(
+        self, claimed: ClaimedJob, signal: CancelSignal, *, since: float, limited: bool = False
+    ) -> HeldLease:
+        """Start keeping the lease of a claimed attempt."""
+        lease = HeldLease(self, claimed, signal, since=since, limited=limited)
+        self._held[claimed.id] = lease
+        if self._task is None:
+            self._changed = asyncio.Event()
+            self._task = asyncio.get_running_loop().create_task(self._keep())
+        elif len(self._held) == 1 and self._changed is not None:
+            self._changed.set()  # the round was idle: its next due time starts from this one
+        return lease
+
+    def forget(self, lease: HeldLease) -> None:
+        if self._held.get(lease.claimed.id) is lease:
+            del self._held[lease.claimed.id]
+
+    async def close(self) -> None:
+        """Stop renewing (the worker is gone); the held leases lapse on their own."""
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+
+    async def _keep(self) -> None:
+        changed = self._changed
+        assert changed is not None
+        wait: float | None = None
+        while True:
+            if wait is None:
+                wait = self._next_due()
+            if wait is None or wait > 0:
+                changed.clear()
                 try:
                     async with asyncio.timeout(wait):  # not wait_for: it can swallow a cancel
-                        await stop_event.wait()
-                    return
+                        await changed.wait()
                 except TimeoutError:
                     pass
-            wait = self._interval
-            remaining = self._visibility - (time.monotonic() - last_landed)
-            if remaining <= 0:
-                self._lost("expired")
-                return
-            sent = time.monotonic()  # the database stamps the new expiry from about now
-            try:
-                async with asyncio.timeout(remaining):
-                    answer = await self._db.run(
-                        calls.heartbeat(
-                            self._claimed.fence, visibility=timedelta(seconds=self._visibility)
-                        )
-                    )
-            except TimeoutError:
-                self._lost("expired")
-                return
-            except Exception as failure:
-                if not self._stopped:
-                    log.warning(
-                        "jobs.heartbeat.failed",
-                        extra={
-                            "job": self._claimed.name,
-                            "id": str(self._claimed.id),
-                            "error": str(failure),
-                        },
-                    )
-                # try again soon enough to notice the end of the window in time
-                wait = max(
-                    min(self._interval, self._visibility - (time.monotonic() - last_landed)), 0.01
-                )
+                wait = None
                 continue
-            if self._stopped:
-                return  # the settle went out while we asked: not a loss
-            if answer is HeartbeatAnswer.OK:
-                last_landed = sent
-            elif answer is HeartbeatAnswer.CANCELLED:
-                self.stop()
-                log.info(
-                    "jobs.lease.cancelled",
-                    extra={"job": self._claimed.name, "id": str(self._claimed.id)},
-                )
-                self._signal.cancel(
-                    JobCancelled(
-                        f"job {self._claimed.id} was cancelled",
-                        detail={"id": str(self._claimed.id)},
+            try:
+                wait = await self._round()
+            except Exception as failure:  # a bug here must not stop every renewal for good
+                log.error("jobs.heartbeat.crashed", extra={"error": repr(failure)})
+                wait = self._interval
+
+    def _next_due(self) -> float | None:
+        """Seconds until the oldest lease needs renewing; None with nothing held."""
+        if not self._held:
+            return None
+        oldest = min(lease.last_landed for lease in self._held.values())
+        return oldest + self._interval - time.monotonic()
+
+    async def _round(self) -> float | None:
+        """Renew every lease at least half a renewal interval old; answer how long to wait
+        before the next round (None: as the leases' ages say)."""
+        now = time.monotonic()
+        due: list[HeldLease] = []
+        for lease in list(self._held.values()):
+            if now - lease.last_landed >= self._visibility:
+                self._lost(lease, "expired")
+            elif now - lease.last_landed >= self._interval / 2:
+                due.append(lease)
+        if not due:
+            return None
+        remaining = min(self._visibility - (now - lease.last_landed) for lease in due)
+        sent = time.monotonic()  # the database stamps the new expiries from about now
+        try:
+            async with asyncio.timeout(remaining):
+                answers = await self._run(
+                    calls.heartbeat_many(
+                        self._worker_id,
+                        [lease.claimed.fence for lease in due],
+                        visibility=self._visibility_delta,
                     )
                 )
-                return
+        except TimeoutError:
+            return 0.0  # the next round judges each lease's window on its own
+        except Exception as failure:
+            live = [lease for lease in due if not lease.stopped]
+            for lease in live:
+                log.warning(
+                    "jobs.heartbeat.failed",
+                    extra={
+                        "job": lease.claimed.name,
+                        "id": str(lease.claimed.id),
+                        "error": str(failure),
+                    },
+                )
+            # again soon enough to notice the end of the first window in time
+            ends = [self._visibility - (time.monotonic() - lease.last_landed) for lease in live]
+            return max(min([self._interval, *ends]), RETRY_FLOOR)
+        for lease in due:
+            if lease.stopped:
+                continue  # its settle went out while we asked: not a loss
+            answer = answers.get(lease.claimed.id, HeartbeatAnswer.LOST)
+            if answer is HeartbeatAnswer.OK:
+                lease.last_landed = sent
+            elif answer is HeartbeatAnswer.CANCELLED:
+                self._cancelled(lease)
             else:
-                self._lost("not-ours")
-                return
+                self._lost(lease, "not-ours")
+        return None
+
+    def _cancelled(self, lease: HeldLease) -> None:
+        lease.stop()
+        claimed = lease.claimed
+        log.info("jobs.lease.cancelled", extra={"job": claimed.name, "id": str(claimed.id)})
+        lease.signal.cancel(
+            JobCancelled(f"job {claimed.id} was cancelled", detail={"id": str(claimed.id)})
+        )
+
+    def _lost(self, lease: HeldLease, reason: str) -> None:
+        lease.stop()
+        claimed = lease.claimed
+        fields = {"job": claimed.name, "id": str(claimed.id), "reason": reason}
+        log.error("jobs.lease.lost", extra=fields)
+        detail = {"id": str(claimed.id), "reason": reason}
+        lost: JobLeaseLost
+        if lease.limited:
+            log.error("jobs.worker.slot-lost", extra=fields)
+            lost = JobSlotLost(
+                f"job {claimed.id} lost its place under its limit ({reason})", detail=detail
+            )
+        else:
+            lost = JobLeaseLost(f"job {claimed.id} lease lost ({reason})", detail=detail)
+        lease.signal.cancel(lost)

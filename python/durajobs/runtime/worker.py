@@ -46,7 +46,7 @@ from durajobs.runtime._asyncio import CancelWatch
 from durajobs.runtime.acks import AckBatcher
 from durajobs.runtime.attempt import Attempt, Body, JobExecution, Outcome, notify_settled
 from durajobs.runtime.cancel import CancelSignal
-from durajobs.runtime.lease import LeaseKeeper
+from durajobs.runtime.lease import HeldLease, LeaseRenewer
 from durajobs.runtime.presence import WorkerRegistration
 from durajobs.runtime.wake import QueueWake
 
@@ -136,6 +136,11 @@ class Worker:
             database_url,
             max_size=min(max(self.capacity + 2, 4), 20),
             wait_timeout=max(self.visibility.total_seconds() / 3, 1.0),
+        )
+        # one renewal statement a round for every held attempt; the call is looked up each
+        # time, so a test may stand in for the database
+        self._leases = LeaseRenewer(
+            lambda call: self.db.run(call), self.worker_id, visibility=self.visibility
         )
         self._listen = listen
         self._wake: QueueWake | None = None
@@ -300,7 +305,15 @@ class Worker:
                     lambda token: self.db.run(calls.wake_probe(token)),
                 )
                 self._wake.start()
-            log.info("jobs.worker.started", extra={"worker": self.worker_id, "queues": self.queues})
+            log.info(
+                "jobs.worker.started",
+                extra={
+                    "worker": self.worker_id,
+                    "queues": self.queues,
+                    # 'uvloop' or 'asyncio': which loop the process runs on
+                    "loop": type(loop).__module__.split(".")[0],
+                },
+            )
             try:
                 await self._loop(cancel)
             except asyncio.CancelledError:
@@ -337,6 +350,7 @@ class Worker:
                 await self.registration.stop()
                 self._registered = False
         finally:
+            await self._leases.close()
             self.metrics.close()
             await self.db.close()
             executor.shutdown(wait=False, cancel_futures=True)
@@ -599,13 +613,8 @@ class Worker:
 
     def _start(self, row: ClaimedJob, asked: float) -> None:
         signal = CancelSignal()
-        keeper = LeaseKeeper(
-            self.db,
-            row,
-            signal,
-            visibility=self.visibility,
-            since=asked,
-            limited=row.name in self._limited_names,
+        keeper = self._leases.hold(
+            row, signal, since=asked, limited=row.name in self._limited_names
         )
         attempt = Attempt(
             row,
@@ -619,7 +628,6 @@ class Worker:
         self._running[row.id] = held
         self._taken += 1
         self._per_queue[row.queue] += 1
-        keeper.start()
         job = attempt.job
         if job is not None and job.is_async and attempt.startable_now and not spans_active():
             self._run_lean(held, attempt)
@@ -735,7 +743,7 @@ class _Held:
 
     row: ClaimedJob
     signal: CancelSignal
-    keeper: LeaseKeeper
+    keeper: HeldLease
     done: asyncio.Future[None]
     task: asyncio.Task[None] | None = None  # the task concluding it, if any
     released: bool = False

@@ -269,6 +269,58 @@ def test_heartbeats_keep_a_job_longer_than_its_lease(database_url, caplog):
     assert not [r for r in caplog.records if r.getMessage() == "jobs.lease.lost"]
 
 
+def test_the_leases_a_worker_holds_are_renewed_together(database_url):
+    """One renewal statement a round for every held attempt, each fenced on its own claim: the
+    five rows' leases carry one statement's clock."""
+    registry = _registry(database_url)
+    started: list[str] = []
+    release = asyncio.Event()
+
+    @declare(registry, "together", input=TimedItem)
+    async def together(ctx):
+        started.append(ctx.input.key)
+        await release.wait()
+
+    for n in range(5):
+        together.enqueue({"key": f"k{n}"})
+    worker = Worker(registry, database_url, listen=False, visibility=timedelta(milliseconds=900))
+    seen: dict[str, object] = {}
+
+    async def scenario() -> None:
+        runner = asyncio.ensure_future(worker.run())
+        try:
+            await eventually(lambda: len(started) == 5, what="all five running")
+            claimed = await asyncio.to_thread(
+                fetch_all, database_url, "select distinct updated_at from jobs.jobs"
+            )
+
+            def renewed() -> bool:
+                rows = fetch_all(database_url, "select distinct updated_at from jobs.jobs")
+                seen["rows"] = rows
+                return rows != claimed
+
+            await eventually(renewed, what="a renewal round")
+            await asyncio.sleep(0.9)  # three more rounds, past the first lease's window
+            seen["later"] = await asyncio.to_thread(
+                fetch_all, database_url, "select state, attempt from jobs.jobs"
+            )
+        finally:
+            release.set()
+            await eventually(
+                lambda: (
+                    fetch_all(database_url, "select count(*) from jobs.jobs where state = 'done'")
+                    == [(5,)]
+                ),
+                what="all five done",
+            )
+            worker.stop()
+            await runner
+
+    asyncio.run(scenario())
+    assert len(seen["rows"]) == 1, "one statement renewed every held lease"
+    assert seen["later"] == [("running", 1)] * 5, "renewed past the first window, never re-taken"
+
+
 def test_a_cancel_stops_the_running_body_and_is_not_a_lease_loss(database_url, caplog):
     registry = _registry(database_url)
     seen: list[str] = []
@@ -481,7 +533,7 @@ def test_a_hung_heartbeat_is_a_lost_lease_after_one_window(database_url, caplog)
     real_run = worker.db.run
 
     async def hanging(call):
-        if call.function == "jobs.heartbeat_v1":
+        if call.function == "jobs.heartbeat_many_v1":
             await asyncio.Event().wait()  # never answers
         return await real_run(call)
 
@@ -512,7 +564,7 @@ def test_a_renewal_racing_the_ack_is_not_a_loss(database_url, caplog):
     real_run = worker.db.run
 
     async def slow_heartbeat(call):
-        if call.function == "jobs.heartbeat_v1":
+        if call.function == "jobs.heartbeat_many_v1":
             await asyncio.sleep(0.2)  # the ack overtakes it
         return await real_run(call)
 
@@ -794,7 +846,7 @@ def test_a_heartbeat_that_fails_once_is_a_warning_not_a_loss(database_url, caplo
     failures = {"left": 1}
 
     async def flaky(call):
-        if call.function == "jobs.heartbeat_v1" and failures["left"]:
+        if call.function == "jobs.heartbeat_many_v1" and failures["left"]:
             failures["left"] -= 1
             raise psycopg.OperationalError("one renewal lost on the wire")
         return await real_run(call)

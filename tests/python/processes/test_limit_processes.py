@@ -12,7 +12,7 @@ import pytest
 
 import durajobs
 from support.apps.limited import EFFECTS, registry
-from support.limit_effects import one, peak, stop, wait_done, worker
+from support.limit_effects import one, peak, stop, wait_done, wait_registered, worker
 
 
 @pytest.fixture
@@ -26,15 +26,17 @@ def test_two_workers_never_run_more_than_the_limit(effects):
     database_url = effects
     with durajobs.Client.connect(database_url) as client:
         registry.declare(client, declared_by="test")  # both workers would; first one wins
-        for n in range(60):
-            registry.get("one-at-a-time").enqueue({"n": n}, using=client)  # type: ignore[union-attr]
-            registry.get("three-at-a-time").enqueue({"n": n}, using=client)  # type: ignore[union-attr]
-            registry.get("per-account").enqueue(  # type: ignore[union-attr]
-                {"n": n, "key": f"acct-{n % 6}"}, using=client
-            )
-            registry.get("unlimited").enqueue({"n": n}, using=client)  # type: ignore[union-attr]
     workers = [worker(database_url, "--concurrency", "8") for _ in range(2)]
     try:
+        wait_registered(database_url, 2)  # so the work reaches both
+        with durajobs.Client.connect(database_url) as client:
+            for n in range(60):
+                registry.get("one-at-a-time").enqueue({"n": n}, using=client)  # type: ignore[union-attr]
+                registry.get("three-at-a-time").enqueue({"n": n}, using=client)  # type: ignore[union-attr]
+                registry.get("per-account").enqueue(  # type: ignore[union-attr]
+                    {"n": n, "key": f"acct-{n % 6}"}, using=client
+                )
+                registry.get("unlimited").enqueue({"n": n}, using=client)  # type: ignore[union-attr]
         wait_done(
             database_url,
             ["one-at-a-time", "three-at-a-time", "per-account", "unlimited"],

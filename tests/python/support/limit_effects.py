@@ -71,3 +71,11 @@ select coalesce(max(overlapping), 0)
 def peak(database_url: str, job: str, *, per_key: bool = False) -> int:
     (peak,) = one(database_url, PEAK, {"job": job, "per_key": per_key})
     return int(peak)
+
+
+def wait_registered(database_url: str, count: int, timeout: float = 60) -> None:
+    """Wait until `count` workers have registered, so work enqueued next reaches all of them."""
+    deadline = time.monotonic() + timeout
+    while one(database_url, "select count(*) from jobs.workers")[0] < count:
+        assert time.monotonic() < deadline, f"fewer than {count} workers started in {timeout} s"
+        time.sleep(0.05)
