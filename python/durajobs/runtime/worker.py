@@ -170,9 +170,6 @@ class Worker:
         self._claim_cut = False
         self._abandoned_ids: set[uuid.UUID] = set()  # their bodies may still run: never given back
         self._registered = False
-        self.idle_waits: list[
-            float
-        ] = []  # the idle backoff as it happened, for operators and tests
         self.registration = WorkerRegistration(
             self.db,
             self.worker_id,
@@ -409,7 +406,7 @@ class Worker:
                 timeout = None
             else:
                 timeout = wait.total_seconds()
-                self.idle_waits.append(timeout)
+                log.debug("jobs.worker.idle", extra={"worker": self.worker_id, "wait": timeout})
                 proven = self._wake is not None and self._wake.proven
                 ceiling = self.woken_idle_ceiling if proven else self.idle_ceiling
                 wait = min(wait * 2, ceiling)

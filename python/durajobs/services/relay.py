@@ -87,7 +87,6 @@ class OutboxRelay:
         self._pass: asyncio.Task[int] | None = None
         self._closing: asyncio.Future[None] | None = None
         self.published = 0
-        self.idle_waits: list[float] = []  # the idle backoff as it happened
 
     def kick(self, _payload: str | None = None) -> None:
         self._kick.set()
@@ -150,7 +149,10 @@ class OutboxRelay:
                 proven = self._wake is not None and self._wake.proven
                 ceiling = WOKEN_IDLE_CEILING if proven else self.idle_ceiling
                 if not moved:
-                    self.idle_waits.append(wait.total_seconds())
+                    log.debug(
+                        "jobs.outbox.idle",
+                        extra={"relay": self.relay_id, "wait": wait.total_seconds()},
+                    )
                 try:
                     async with asyncio.timeout(wait.total_seconds()):  # not wait_for (wake.py)
                         await self._kick.wait()

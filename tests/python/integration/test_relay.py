@@ -25,6 +25,7 @@ from durajobs.errors import Invariant, JobDuplicate
 from durajobs.runtime.worker import Worker
 from durajobs.services.relay import DEFAULT_CLAIM_LEASE, OutboxRelay
 from support.dropped_cancel import CancelDropper, cancel_once_while_parked
+from support.events import recorded
 from support.outbox import (
     WHERE,
     counting_job,
@@ -627,12 +628,13 @@ def test_an_idle_relay_backs_off_to_its_ceiling(database_url):
 
     async def scenario():
         runner = asyncio.ensure_future(relay.run())
-        await eventually(lambda: len(relay.idle_waits) >= 6, every=0.01, what="six idle waits")
+        await eventually(lambda: len(idle) >= 6, every=0.01, what="six idle waits")
         relay.stop()
         await runner
 
-    asyncio.run(scenario())
-    assert relay.idle_waits[:6] == [0.01, 0.02, 0.04, 0.08, 0.08, 0.08]
+    with recorded("durajobs.services.relay", "jobs.outbox.idle") as idle:
+        asyncio.run(scenario())
+    assert [event["wait"] for event in idle[:6]] == [0.01, 0.02, 0.04, 0.08, 0.08, 0.08]
 
 
 def test_a_second_cancel_does_not_cut_the_pass_in_flight(database_url, queue_url):

@@ -18,6 +18,7 @@ from durajobs.declare.retry import RetryPolicy
 from durajobs.errors import ConfigInvalid
 from durajobs.runtime.worker import Worker
 from support.dropped_cancel import CancelDropper, cancel_once_while_parked
+from support.events import recorded
 from support.factory import declare
 from support.models import TimedItem
 from support.outbox import eventually
@@ -112,8 +113,9 @@ def test_idle_backoff_doubles_to_the_ceiling(database_url):
         poll_floor=timedelta(milliseconds=10),
         idle_ceiling=timedelta(milliseconds=80),
     )
-    asyncio.run(run_until(worker, lambda: len(worker.idle_waits) >= 6))
-    assert worker.idle_waits[:6] == [0.01, 0.02, 0.04, 0.08, 0.08, 0.08]
+    with recorded("durajobs.runtime.worker", "jobs.worker.idle") as idle:
+        asyncio.run(run_until(worker, lambda: len(idle) >= 6))
+    assert [event["wait"] for event in idle[:6]] == [0.01, 0.02, 0.04, 0.08, 0.08, 0.08]
 
 
 def test_a_wake_from_another_session_starts_an_idle_worker_at_once(database_url):
@@ -137,7 +139,7 @@ def test_a_wake_from_another_session_starts_an_idle_worker_at_once(database_url)
     async def scenario():
         runner = asyncio.ensure_future(worker.run())
         for _ in range(200):
-            if worker._wake is not None and worker._wake.proven and worker.idle_waits:
+            if worker._wake is not None and worker._wake.proven and idle:
                 break
             await asyncio.sleep(0.02)
         assert worker._wake is not None
@@ -152,7 +154,8 @@ def test_a_wake_from_another_session_starts_an_idle_worker_at_once(database_url)
         await runner
         return started[0] - enqueued if started else None
 
-    latency = asyncio.run(scenario())
+    with recorded("durajobs.runtime.worker", "jobs.worker.idle") as idle:
+        latency = asyncio.run(scenario())
     assert latency is not None, "the wake did not start the job"
     assert latency < 5.0, "the wake did not start the job before the poll"
 
@@ -755,15 +758,19 @@ def test_a_proven_wake_raises_the_idle_ceiling(database_url):
             if worker._wake is not None and worker._wake.proven:
                 break
             await asyncio.sleep(0.02)
-        proven_at = len(worker.idle_waits)
+        proven_at = len(idle)
         await eventually(
-            lambda: 0.16 in worker.idle_waits[proven_at:], timeout=5, what="a raised idle wait"
+            lambda: 0.16 in [event["wait"] for event in idle[proven_at:]],
+            timeout=5,
+            what="a raised idle wait",
         )
         worker.stop()
         await runner
-        return worker.idle_waits[proven_at:]
+        return [event["wait"] for event in idle[proven_at:]]
 
-    assert 0.16 in asyncio.run(scenario())
+    with recorded("durajobs.runtime.worker", "jobs.worker.idle") as idle:
+        waits = asyncio.run(scenario())
+    assert 0.16 in waits
 
 
 def test_a_queue_no_job_names_is_polled_and_reported_once(database_url, caplog):
@@ -907,7 +914,8 @@ def test_a_buried_job_is_reported_to_on_settled_once(database_url):
         idle_ceiling=timedelta(milliseconds=40),
     )
     # several more claim passes after the burial: it is reported once
-    asyncio.run(run_until(worker, lambda: bool(settled) and len(worker.idle_waits) > 5))
+    with recorded("durajobs.runtime.worker", "jobs.worker.idle") as idle:
+        asyncio.run(run_until(worker, lambda: bool(settled) and len(idle) > 5))
     assert [s.outcome for s in settled] == ["dead-lettered"]
     assert settled[0].input == {"key": "k", "seconds": 0.0}
 
@@ -932,8 +940,9 @@ def test_an_idle_pass_is_one_claim_over_every_queue(database_url):
         return await real_run(call)
 
     worker.db.run = counting  # type: ignore[method-assign]
-    asyncio.run(run_until(worker, lambda: len(worker.idle_waits) >= 8))
-    assert len(claims) == len(worker.idle_waits)  # one claim per idle pass, not one per queue
+    with recorded("durajobs.runtime.worker", "jobs.worker.idle") as idle:
+        asyncio.run(run_until(worker, lambda: len(idle) >= 8))
+    assert len(claims) == len(idle)  # one claim per idle pass, not one per queue
     assert all(sorted(queues) == ["a", "b", "c", "d"] for queues in claims)
 
 
@@ -994,12 +1003,13 @@ def test_the_worker_installs_no_signal_handlers_unless_asked(database_url):
 
     async def scenario():
         runner = asyncio.ensure_future(worker.run())
-        await eventually(lambda: worker.idle_waits, what="the worker's first idle pass")
+        await eventually(lambda: idle, what="the worker's first idle pass")
         seen.append(signals.getsignal(signals.SIGTERM))
         worker.stop()
         await runner
 
-    asyncio.run(scenario())
+    with recorded("durajobs.runtime.worker", "jobs.worker.idle") as idle:
+        asyncio.run(scenario())
     assert seen == [before]
 
 
@@ -1331,14 +1341,15 @@ def test_the_drain_budget_left_counts_down_from_the_drain(database_url):
 
     async def scenario() -> tuple[float, float]:
         runner = asyncio.ensure_future(worker.run())
-        await eventually(lambda: worker.idle_waits, what="the worker's first idle pass")
+        await eventually(lambda: idle, what="the worker's first idle pass")
         worker.drain()
         first = worker.drain_time_left()
         await runner
         await asyncio.sleep(0.5)
         return first, worker.drain_time_left()
 
-    first, later = asyncio.run(scenario())
+    with recorded("durajobs.runtime.worker", "jobs.worker.idle") as idle:
+        first, later = asyncio.run(scenario())
     assert 1.5 < first <= 2.0
     assert later <= first - 0.5
 
