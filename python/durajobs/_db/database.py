@@ -43,6 +43,8 @@ class AsyncDatabase:
             weakref.WeakKeyDictionary()
         )
         self.pool = self._new_pool()
+        # when a call last got its answer, on this process's clock: what readiness is judged on
+        self.last_answer: float | None = None
 
     def _new_pool(self) -> AsyncConnectionPool[psycopg.AsyncConnection[Any]]:
         kwargs: dict[str, Any] = {"autocommit": True}
@@ -98,9 +100,13 @@ class AsyncDatabase:
         for _ in range(self._sizes[1]):
             async with self.pool.connection() as connection:
                 if await self._alive(connection):
-                    return await execute_async(connection, call)
+                    answer = await execute_async(connection, call)
+                    self.last_answer = time.monotonic()
+                    return answer
         async with self.pool.connection() as connection:
-            return await execute_async(connection, call)
+            answer = await execute_async(connection, call)
+            self.last_answer = time.monotonic()
+            return answer
 
     async def __aenter__(self) -> AsyncDatabase:
         await self.open()

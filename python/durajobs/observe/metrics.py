@@ -11,7 +11,8 @@ Two kinds of series:
   limit_held_back_jobs{scope,job,key,queue,tenant} (due rows waiting because the limit has no
   room) and limit_running_jobs{...}. A scrape the database cannot answer leaves them out and
   logs why; the process series still answer.
-Each worker has its own CollectorRegistry, so two workers in one process never collide.
+Each worker has its own CollectorRegistry, so two workers in one process never collide. The
+same port answers a supervisor's probes, /healthz and /readyz (durajobs.observe.health).
 """
 
 from __future__ import annotations
@@ -20,15 +21,17 @@ import logging
 from collections.abc import Callable, Iterator, Sequence
 from threading import Thread
 from typing import Any
-from wsgiref.simple_server import WSGIServer
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 import psycopg
-from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Gauge, make_wsgi_app
 from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.exposition import ThreadingWSGIServer
 from prometheus_client.registry import Collector
 
 from durajobs._db import calls
 from durajobs._db.execute import execute
+from durajobs.observe.health import Readiness, with_probes
 
 log = logging.getLogger(__name__)
 
@@ -104,6 +107,13 @@ class QueueCollector(Collector):
         yield limit_running
 
 
+class _QuietHandler(WSGIRequestHandler):
+    """A scrape or a probe every few seconds is not worth a line on stderr."""
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
 class WorkerMetrics:
     """The series of one worker process, and the HTTP server that exposes them."""
 
@@ -159,9 +169,15 @@ class WorkerMetrics:
             return self.leases_lost.labels(queue=queue)
         return None
 
-    def serve(self, port: int, host: str = "0.0.0.0") -> int:
-        """Serve /metrics on host:port (0 picks a free port); answers the port bound."""
-        server, thread = start_http_server(port, addr=host, registry=self.registry)
+    def serve(
+        self, port: int, host: str = "0.0.0.0", readiness: Callable[[], Readiness] | None = None
+    ) -> int:
+        """Serve /metrics, /healthz and /readyz on host:port (0 picks a free port); answers the
+        port bound."""
+        app = with_probes(make_wsgi_app(self.registry), readiness)
+        server = make_server(host, port, app, ThreadingWSGIServer, handler_class=_QuietHandler)
+        thread = Thread(target=server.serve_forever, daemon=True, name="durajobs-metrics")
+        thread.start()
         self._server, self._thread = server, thread
         self.port = int(server.server_address[1])
         log.info("jobs.metrics.serving", extra={"host": host, "port": self.port})

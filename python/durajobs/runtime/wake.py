@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -43,6 +44,8 @@ class QueueWake:
         self._on_wake = on_wake
         self._send_probe = send_probe
         self.proven = False
+        # since when the LISTEN session has been down (None while it listens): readiness
+        self.down_since: float | None = time.monotonic()
         self._probe_token = ""
         self._probe_heard: asyncio.Event | None = None
         self._task: asyncio.Task[None] | None = None
@@ -65,6 +68,7 @@ class QueueWake:
             try:
                 self._connection = await self._connect()
                 await self._connection.execute(calls.listen(self._channel))
+                self.down_since = None
                 listening = asyncio.get_running_loop().create_task(self._listen(self._connection))
                 try:
                     self.proven = await self._probe()
@@ -82,6 +86,7 @@ class QueueWake:
             except Exception as failure:
                 log.warning("jobs.wake.lost", extra={"error": str(failure)})
             self.proven = False
+            self.down_since = time.monotonic()
             if self._connection is not None:
                 await self._connection.close()
                 self._connection = None

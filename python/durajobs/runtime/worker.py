@@ -40,6 +40,7 @@ from durajobs.errors import (
     JobDeclarationConflict,
     JobKeyBusy,
 )
+from durajobs.observe.health import Readiness, judge
 from durajobs.observe.metrics import WorkerMetrics
 from durajobs.observe.tracing import job_span, spans_active
 from durajobs.runtime._asyncio import CancelWatch
@@ -59,6 +60,9 @@ IDLE_CEILING = timedelta(seconds=2)
 # with a proven wake the poll is only the fallback: 6 claims and 4 registry renewals a minute
 WOKEN_IDLE_CEILING = timedelta(seconds=10)
 DRAIN_DEADLINE = timedelta(seconds=25)
+# /readyz fails when the database, the claim loop or the wake has been silent this long: three
+# of the longest idle waits, so an idle worker with a proven wake stays ready
+READY_WITHIN = timedelta(seconds=30)
 LOCAL_TIMER_HORIZON = timedelta(minutes=1)
 LOCAL_TIMER_MARGIN = 0.05  # seconds
 # how often a queue's claim also buries and re-takes lapsed leases: their scan steps over every
@@ -96,6 +100,7 @@ class Worker:
         metrics_port: int | None = None,
         metrics_host: str = "0.0.0.0",
         freeze_gc: bool = False,
+        ready_within: Duration = READY_WITHIN,
     ) -> None:
         self.registry = registry
         self.queues = list(queues or registry.queues())
@@ -128,6 +133,8 @@ class Worker:
         self.poll_floor = parse_duration(poll_floor, field="poll_floor")
         self.idle_ceiling = parse_duration(idle_ceiling, field="idle_ceiling")
         self.woken_idle_ceiling = parse_duration(woken_idle_ceiling, field="woken_idle_ceiling")
+        self.ready_within = parse_duration(ready_within, field="ready_within")
+        self._last_pass: float | None = None  # when the claim loop last finished a pass
         self.worker_id = worker_id or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         # heartbeats, step writes and settles share it: enough for every slot to be busy. A
         # call waits a third of the lease for a connection at most: a renewal stuck longer
@@ -205,6 +212,21 @@ class Worker:
             outcomes=dict(self._outcomes),
         )
 
+    def readiness(self) -> Readiness:
+        """What /readyz answers: not draining, the database answering, the claim loop passing
+        (or every slot busy), the wake listening; each within `ready_within`. Safe to call from
+        another thread (it only reads)."""
+        return judge(
+            now=time.monotonic(),
+            within=self.ready_within.total_seconds(),
+            accepting=self._accepting,
+            last_answer=self.db.last_answer,
+            last_pass=self._last_pass,
+            at_capacity=self._room() == 0,
+            listening=self._listen,
+            wake_down_since=None if self._wake is None else self._wake.down_since,
+        )
+
     def kick(self, _queue: str | None = None) -> None:
         """Start a claim pass now (a wake, a freed slot, a timer)."""
         self._kick.set()
@@ -280,7 +302,7 @@ class Worker:
         try:
             await self.db.open()
             if self._metrics_port is not None:
-                self.metrics.serve(self._metrics_port, self._metrics_host)
+                self.metrics.serve(self._metrics_port, self._metrics_host, self.readiness)
             # before the announce: a cancel landing after its row was written but before its
             # answer came back must still forget the row
             self._registered = True
@@ -386,6 +408,7 @@ class Worker:
             self._kick.clear()
             try:
                 claimed = await self._pass()
+                self._last_pass = time.monotonic()
             except Exception as failure:
                 # a failed pass never kills the loop: re-arm at the floor
                 log.error("jobs.worker.claim-failed", extra={"error": str(failure)})
