@@ -79,6 +79,9 @@ class Lease(Protocol):
     def stop(self) -> None:
         """Stop renewing: called right before the settle is sent."""
 
+    def overdue(self) -> float:
+        """Seconds past the lease's end on this process's clock (zero or less: still held)."""
+
 
 @dataclass
 class _Context(Generic[I]):
@@ -713,6 +716,7 @@ class _Settler:
         if self.progress is not None:
             self.progress.close()  # idle: nothing pending, so closing drops nothing
         self.lease.stop()
+        self._warn_if_late()
         sending = self.acks.ack_soon(claimed.id, claimed.claim)
         sending.add_done_callback(lambda answer: on_answer(self._answered(answer)))
 
@@ -724,6 +728,17 @@ class _Settler:
             self._log_failure(failure)
             return False
         return self._landed(answer.result())
+
+    def _warn_if_late(self) -> None:
+        """A settle sent after the lease ran out may meet another claim's attempt of the row
+        (then it lands nowhere): say so, with how late, before it goes."""
+        late = self.lease.overdue()
+        if late > 0:
+            claimed = self.claimed
+            log.warning(
+                "jobs.settle.late",
+                extra={"job": claimed.name, "id": str(claimed.id), "late_seconds": round(late, 3)},
+            )
 
     def _log_failure(self, failure: BaseException) -> None:
         claimed = self.claimed
@@ -753,6 +768,7 @@ class _Settler:
             if self.progress is not None:
                 await self.progress.flush()  # the last report lands before the row leaves running
             self.lease.stop()
+            self._warn_if_late()
             landed = await sending
         except Exception as failure:
             if inspect.iscoroutine(sending):

@@ -63,6 +63,10 @@ class HeldLease:
             self.stopped = True
             self._renewer.forget(self)
 
+    def overdue(self) -> float:
+        """Seconds past the lease's end on this process's clock (zero or less: still held)."""
+        return time.monotonic() - self.last_landed - self._renewer.visibility
+
     async def join(self) -> None:
         """Stop it; the renewer never waits on one attempt, so there is nothing to await."""
         self.stop()
@@ -83,6 +87,7 @@ class LeaseRenewer:
         self._visibility_delta = visibility
         self._visibility = visibility.total_seconds()
         self._interval = self._visibility / 3
+        self.visibility = self._visibility  # seconds, read by each lease
         self._held: dict[UUID, HeldLease] = {}
         self._changed: asyncio.Event | None = None
         self._task: asyncio.Task[None] | None = None

@@ -136,18 +136,26 @@ class Worker:
         self.ready_within = parse_duration(ready_within, field="ready_within")
         self._last_pass: float | None = None  # when the claim loop last finished a pass
         self.worker_id = worker_id or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
-        # heartbeats, step writes and settles share it: enough for every slot to be busy. A
-        # call waits a third of the lease for a connection at most: a renewal stuck longer
-        # would let the lease lapse while it waited
+        # claims, step writes and nacks share it: enough for every slot to be busy. A call
+        # waits a third of the lease for a connection at most: one stuck longer would let
+        # leases lapse while it waited
         self.db = AsyncDatabase(
             database_url,
             max_size=min(max(self.capacity + 2, 4), 20),
             wait_timeout=max(self.visibility.total_seconds() / 3, 1.0),
         )
+        # the lease renewals and the acks have connections of their own: a finished attempt's
+        # ack or a renewal never queues behind claims and step writes when connections are
+        # scarce (after a burst of terminated backends, the pool regrowing)
+        self.settle_db = AsyncDatabase(
+            database_url,
+            max_size=2,
+            wait_timeout=max(self.visibility.total_seconds() / 3, 1.0),
+        )
         # one renewal statement a round for every held attempt; the call is looked up each
         # time, so a test may stand in for the database
         self._leases = LeaseRenewer(
-            lambda call: self.db.run(call), self.worker_id, visibility=self.visibility
+            lambda call: self.settle_db.run(call), self.worker_id, visibility=self.visibility
         )
         self._listen = listen
         self._wake: QueueWake | None = None
@@ -191,7 +199,7 @@ class Worker:
             in_flight=lambda: len(self._running),
             capacity=lambda: self.capacity,
         )
-        self._acks = AckBatcher(self.db, self.worker_id)
+        self._acks = AckBatcher(self.settle_db, self.worker_id)
         self._metrics_port = metrics_port
         self._metrics_host = metrics_host
         self._freeze_gc = freeze_gc
@@ -301,6 +309,7 @@ class Worker:
                 loop.add_signal_handler(number, self.drain)
         try:
             await self.db.open()
+            await self.settle_db.open()
             if self._metrics_port is not None:
                 self.metrics.serve(self._metrics_port, self._metrics_host, self.readiness)
             # before the announce: a cancel landing after its row was written but before its
@@ -371,6 +380,7 @@ class Worker:
         finally:
             await self._leases.close()
             self.metrics.close()
+            await self.settle_db.close()
             await self.db.close()
             executor.shutdown(wait=False, cancel_futures=True)
             self._stopped.set()

@@ -17,6 +17,7 @@ from durajobs.runtime.attempt import run_attempt
 from durajobs.runtime.cancel import CancelSignal
 from durajobs.runtime.worker import Worker
 from support.factory import declare
+from support.leases import HeldLease
 from support.outbox import eventually
 from support.waiting import clock_at
 
@@ -28,11 +29,6 @@ class Order(BaseModel):
 def _order_job(registry, name, **options):
     """Declare an Order job keyed by its order id, untenanted."""
     return declare(registry, name, input=Order, idempotency_key=lambda o: o.order_id, **options)
-
-
-class Lease:
-    def stop(self) -> None:
-        return None
 
 
 def _row(database_url, query, params=()):
@@ -49,7 +45,7 @@ async def _attempt(database_url, registry, *, later_by=None):
     async with AsyncDatabase(database_url) as db:
         rows = await db.run(calls.claim(["default"], "w"))
         assert rows, "nothing was due"
-        return await run_attempt(rows[0], registry, db=db, signal=CancelSignal(), lease=Lease())
+        return await run_attempt(rows[0], registry, db=db, signal=CancelSignal(), lease=HeldLease())
 
 
 def _make_due(database_url):
@@ -210,7 +206,7 @@ def test_a_publish_wakes_the_waiting_runs_queue(database_url):
     async def park():
         async with AsyncDatabase(database_url) as db:
             (row,) = await db.run(calls.claim(["orders"], "w"))
-            await run_attempt(row, registry, db=db, signal=CancelSignal(), lease=Lease())
+            await run_attempt(row, registry, db=db, signal=CancelSignal(), lease=HeldLease())
 
     asyncio.run(park())
     with psycopg.connect(database_url, autocommit=True) as listener:

@@ -9,6 +9,7 @@ Times are compared on the database's clock: a nack writes `run_at = now + delay`
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 import time
 import uuid
@@ -36,6 +37,7 @@ from durajobs.runtime.attempt import JobExecution, Outcome, run_attempt
 from durajobs.runtime.cancel import CancelSignal
 from durajobs.runtime.steps import AsyncSteps
 from support.factory import declare
+from support.leases import HeldLease
 from support.models import Actor, Item
 from support.outbox import eventually
 
@@ -51,16 +53,6 @@ class Counted(Item):
 
     key: str = "k"
     n: int = 0
-
-
-class Lease:
-    """The lease the worker would keep: execute stops it right before the settle."""
-
-    def __init__(self) -> None:
-        self.stops = 0
-
-    def stop(self) -> None:
-        self.stops += 1
 
 
 class CardDeclined(Exception):
@@ -133,7 +125,7 @@ async def _execute(
     claimed: ClaimedJob,
     *,
     signal: CancelSignal | None = None,
-    lease: Lease | None = None,
+    lease: HeldLease | None = None,
     on_abandoned: Callable[[JobExecution], None] | None = None,
 ) -> JobExecution:
     return await run_attempt(
@@ -141,7 +133,7 @@ async def _execute(
         registry,
         db=db,
         signal=signal or CancelSignal(),
-        lease=lease or Lease(),
+        lease=lease or HeldLease(),
         on_abandoned=on_abandoned,
     )
 
@@ -217,7 +209,7 @@ def test_a_completed_attempt_acks_and_tells_on_settled_once(database_url, connec
             return {"answer": ctx.input.n + 1, "attempt": ctx.attempt}
 
     queued = job.enqueue(Counted(n=41))
-    lease = Lease()
+    lease = HeldLease()
 
     async def scenario(db):
         return await _execute(db, registry, await _claim(db), lease=lease)
@@ -1225,7 +1217,7 @@ def test_a_cancelled_row_stays_cancelled_and_on_settled_is_not_called(database_u
             return "returned normally"
 
     queued = job.enqueue(Counted())
-    lease = Lease()
+    lease = HeldLease()
 
     async def scenario(db):
         signal = CancelSignal()
@@ -1493,3 +1485,23 @@ def test_an_attempt_drained_before_its_body_began_does_not_start_it(database_url
     assert runs == []
     row = _row(observer, queued.id)
     assert (row["state"], row["attempt"]) == ("ready", 0)
+
+
+def test_a_settle_sent_after_the_lease_ran_out_is_logged_as_late(database_url, caplog):
+    registry = durajobs.Registry(database_url=database_url)
+
+    @_declare(registry)
+    def job(ctx):
+        return None
+
+    job.enqueue(Counted())
+
+    async def scenario(db):
+        return await _execute(db, registry, await _claim(db), lease=HeldLease(late=1.5))
+
+    with caplog.at_level(logging.WARNING, logger="durajobs"):
+        execution = _run(database_url, scenario)
+    late = [r for r in caplog.records if r.getMessage() == "jobs.settle.late"]
+    assert [getattr(r, "late_seconds", None) for r in late] == [1.5]
+    # nobody took the row meanwhile, so the late ack still lands
+    assert execution.outcome is Outcome.COMPLETED

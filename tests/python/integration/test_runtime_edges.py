@@ -19,13 +19,9 @@ from durajobs.runtime.attempt import run_attempt
 from durajobs.runtime.cancel import CancelSignal
 from durajobs.runtime.worker import Worker
 from support.factory import declare
+from support.leases import HeldLease
 from support.models import Actor
 from support.outbox import eventually
-
-
-class Lease:
-    def stop(self) -> None:
-        return None
 
 
 def _row(database_url, job_id):
@@ -41,7 +37,7 @@ async def _execute_one(database_url, registry, *, signal=None, before=None):
         if before is not None:
             await asyncio.to_thread(before, claimed)
         return await run_attempt(
-            claimed, registry, db=db, signal=signal or CancelSignal(), lease=Lease()
+            claimed, registry, db=db, signal=signal or CancelSignal(), lease=HeldLease()
         )
 
 
@@ -119,7 +115,7 @@ def test_a_run_parked_by_a_step_under_a_drain_stays_parked(database_url):
                 registry,
                 db=DrainAfterTheSleepIsStored(db),
                 signal=signal,
-                lease=Lease(),
+                lease=HeldLease(),
             )
 
     execution = asyncio.run(scenario())
@@ -434,7 +430,9 @@ def test_a_history_that_cannot_be_read_hands_the_run_back_uncounted(database_url
                 return await real_run(call)
 
             db.run = broken_history  # type: ignore[method-assign]
-            return await run_attempt(claimed, registry, db=db, signal=CancelSignal(), lease=Lease())
+            return await run_attempt(
+                claimed, registry, db=db, signal=CancelSignal(), lease=HeldLease()
+            )
 
     execution = asyncio.run(scenario())
     assert execution.outcome is durajobs.Outcome.INTERRUPTED
@@ -485,7 +483,7 @@ def test_a_first_attempt_without_steps_reads_no_history_and_a_resumed_run_does(d
                 return await real_run(call)
 
             db.run = recording  # type: ignore[method-assign]
-            await run_attempt(claimed, registry, db=db, signal=CancelSignal(), lease=Lease())
+            await run_attempt(claimed, registry, db=db, signal=CancelSignal(), lease=HeldLease())
             return functions
 
     first = asyncio.run(attempt())

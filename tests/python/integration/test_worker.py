@@ -8,6 +8,7 @@ import logging
 import threading
 import time
 from datetime import timedelta
+from typing import Any
 
 import psycopg
 import pytest
@@ -533,14 +534,14 @@ def test_a_hung_heartbeat_is_a_lost_lease_after_one_window(database_url, caplog)
     hung.enqueue({"key": "k"})
     worker = Worker(registry, database_url, listen=False, visibility=timedelta(milliseconds=600))
     worker.keep_executions = True
-    real_run = worker.db.run
+    real_run = worker.settle_db.run
 
     async def hanging(call):
         if call.function == "jobs.heartbeat_many_v1":
             await asyncio.Event().wait()  # never answers
         return await real_run(call)
 
-    worker.db.run = hanging  # type: ignore[method-assign]
+    worker.settle_db.run = hanging  # type: ignore[method-assign]
     with caplog.at_level(logging.INFO, logger="durajobs"):
         asyncio.run(run_until(worker, lambda: bool(worker.executions)))
     assert seen[:2] == ["started", "cancelled"]
@@ -564,14 +565,14 @@ def test_a_renewal_racing_the_ack_is_not_a_loss(database_url, caplog):
         racy.enqueue({"key": f"k{n}"})
     worker = Worker(registry, database_url, listen=False, visibility=timedelta(milliseconds=600))
     worker.keep_executions = True
-    real_run = worker.db.run
+    real_run = worker.settle_db.run
 
     async def slow_heartbeat(call):
         if call.function == "jobs.heartbeat_many_v1":
             await asyncio.sleep(0.2)  # the ack overtakes it
         return await real_run(call)
 
-    worker.db.run = slow_heartbeat  # type: ignore[method-assign]
+    worker.settle_db.run = slow_heartbeat  # type: ignore[method-assign]
     with caplog.at_level(logging.INFO, logger="durajobs"):
         asyncio.run(run_until(worker, lambda: len(worker.executions) == 5))
     assert {e.outcome for e in worker.executions} == {durajobs.Outcome.COMPLETED}
@@ -800,14 +801,14 @@ def test_an_ack_that_fails_is_not_a_job_failure(database_url, caplog):
     job = acked.enqueue({"key": "k"})
     worker = Worker(registry, database_url, listen=False)
     worker.keep_executions = True
-    real_run = worker.db.run
+    real_run = worker.settle_db.run
 
     async def failing_ack(call):
         if call.function in ("jobs.ack_v1", "jobs.ack_many_v1"):  # the worker batches its acks
             raise psycopg.OperationalError("connection reset while acking")
         return await real_run(call)
 
-    worker.db.run = failing_ack  # type: ignore[method-assign]
+    worker.settle_db.run = failing_ack  # type: ignore[method-assign]
     with caplog.at_level(logging.ERROR, logger="durajobs"):
         asyncio.run(run_until(worker, lambda: bool(worker.executions)))
     assert worker.executions[0].outcome is durajobs.Outcome.UNOWNED
@@ -849,7 +850,7 @@ def test_a_heartbeat_that_fails_once_is_a_warning_not_a_loss(database_url, caplo
     blip.enqueue({"key": "k"})
     worker = Worker(registry, database_url, listen=False, visibility=timedelta(milliseconds=600))
     worker.keep_executions = True
-    real_run = worker.db.run
+    real_run = worker.settle_db.run
     failures = {"left": 1}
 
     async def flaky(call):
@@ -858,7 +859,7 @@ def test_a_heartbeat_that_fails_once_is_a_warning_not_a_loss(database_url, caplo
             raise psycopg.OperationalError("one renewal lost on the wire")
         return await real_run(call)
 
-    worker.db.run = flaky  # type: ignore[method-assign]
+    worker.settle_db.run = flaky  # type: ignore[method-assign]
     with caplog.at_level(logging.INFO, logger="durajobs"):
         asyncio.run(run_until(worker, lambda: bool(worker.executions)))
     messages = [r.getMessage() for r in caplog.records]
@@ -1134,7 +1135,7 @@ def test_a_slot_frees_when_the_body_ends_not_when_its_ack_lands(database_url):
     for key in ("a", "b"):
         short.enqueue({"key": key})
     worker = Worker(registry, database_url, listen=False, concurrency=1)
-    real_run = worker.db.run
+    real_run = worker.settle_db.run
 
     async def slow_acks(call):
         if call.function == "jobs.ack_many_v1":
@@ -1145,7 +1146,7 @@ def test_a_slot_frees_when_the_body_ends_not_when_its_ack_lands(database_url):
             return answer
         return await real_run(call)
 
-    worker.db.run = slow_acks  # type: ignore[method-assign]
+    worker.settle_db.run = slow_acks  # type: ignore[method-assign]
     asyncio.run(run_until(worker, lambda: worker.stats().completed == 2))
     assert running["most"] == 1, "the cap on running bodies still holds"
     assert timeline.index("start b") < timeline.index("ack landed"), timeline
@@ -1430,3 +1431,56 @@ def test_drain_from_another_thread_interrupts_held_work(database_url):
     assert fetch_all(
         database_url, "select state, attempt from jobs.jobs where id = %s", [job.id]
     ) == [("ready", 0)]
+
+
+def test_an_ack_lands_while_claims_and_step_writes_hold_every_pooled_connection(database_url):
+    """Renewals and acks have connections of their own: a finished attempt's ack never waits
+    behind a pool that claims and step writes have exhausted."""
+    registry = _registry(database_url)
+    go = asyncio.Event()
+    started = asyncio.Event()
+
+    @declare(registry, "finishing", input=TimedItem)
+    async def finishing(ctx):
+        started.set()
+        await go.wait()
+
+    job = finishing.enqueue({"key": "k"})
+    worker = Worker(registry, database_url, listen=False)
+    landed: dict[str, float] = {}
+
+    async def scenario() -> None:
+        runner = asyncio.ensure_future(worker.run())
+        holding: list[Any] = []
+        release = asyncio.Event()
+
+        async def hold_one() -> None:
+            async with worker.db.pool.connection() as connection:
+                holding.append(connection)
+                await release.wait()
+
+        holders: list[asyncio.Task[None]] = []
+        try:
+            await asyncio.wait_for(started.wait(), 10)
+            size = worker.db.pool.max_size
+            holders = [asyncio.ensure_future(hold_one()) for _ in range(size)]
+            await eventually(lambda: len(holding) == size, what="every pooled connection held")
+            go.set()
+            began = time.monotonic()
+
+            def done() -> bool:
+                rows = fetch_all(
+                    database_url, "select state from jobs.jobs where id = %s", [job.id]
+                )
+                return rows == [("done",)]
+
+            await eventually(done, timeout=5, what="the ack landing")
+            landed["after"] = time.monotonic() - began
+        finally:
+            release.set()
+            await asyncio.gather(*holders, return_exceptions=True)
+            worker.stop()
+            await runner
+
+    asyncio.run(scenario())
+    assert landed["after"] < 2.0
