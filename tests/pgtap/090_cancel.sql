@@ -1,8 +1,9 @@
 -- 090_cancel: jobs.cancel stops a live job at once (a running one at its next heartbeat, its
--- settles then match nothing), and refuses a finished or unknown job, leaving it as it ended.
+-- settles then match nothing), and refuses a finished or unknown job, leaving it as it ended
+-- (R45: done, dead, failed or cancelled, to the byte).
 begin;
 \ir fixtures/factory.sql
-select plan(16);
+select plan(22);
 
 set local durajobs.now = '2026-01-01 00:00:00+00';
 
@@ -42,6 +43,29 @@ select jobs_test.job(:'c_done') as c_done_before \gset
 select throws_ok(format($$select jobs.cancel(id => %L)$$, :'c_done'), 'JQ013', null,
                  'cancelling a done job raises X_JOB_NOT_CANCELLABLE');
 select is(jobs_test.job(:'c_done')::text, :'c_done_before', 'the done row is untouched');
+
+-- R45: so does a dead, a failed and an already cancelled one, to the byte
+select jobs_test.enqueue(name => 'c-dead', queue => 'q-cancel-end') as c_dead \gset
+select (jobs_test.claim_one(queue => 'q-cancel-end', worker_id => 'w-e')).claim as c_dead_claim \gset
+select jobs.nack_v1(id => :'c_dead', worker_id => 'w-e', claim => :c_dead_claim,
+                    next_state => 'dead', error => 'boom') \g /dev/null
+select jobs_test.enqueue(name => 'c-failed', queue => 'q-cancel-end') as c_failed \gset
+select (jobs_test.claim_one(queue => 'q-cancel-end', worker_id => 'w-e')).claim as c_failed_claim \gset
+select jobs.nack_v1(id => :'c_failed', worker_id => 'w-e', claim => :c_failed_claim,
+                    next_state => 'failed', error => 'no') \g /dev/null
+select jobs_test.job(:'c_dead') as c_dead_before \gset
+select jobs_test.job(:'c_failed') as c_failed_before \gset
+select jobs_test.job(:'c_ready') as c_cancelled_before \gset
+select throws_ok(format($$select jobs.cancel(id => %L)$$, :'c_dead'), 'JQ013', null,
+                 'R45: cancelling a dead job raises X_JOB_NOT_CANCELLABLE');
+select is(jobs_test.job(:'c_dead')::text, :'c_dead_before', 'R45: the dead row is untouched');
+select throws_ok(format($$select jobs.cancel(id => %L)$$, :'c_failed'), 'JQ013', null,
+                 'R45: cancelling a failed job raises X_JOB_NOT_CANCELLABLE');
+select is(jobs_test.job(:'c_failed')::text, :'c_failed_before', 'R45: the failed row is untouched');
+select throws_ok(format($$select jobs.cancel(id => %L)$$, :'c_ready'), 'JQ013', null,
+                 'R45: cancelling a cancelled job again raises X_JOB_NOT_CANCELLABLE');
+select is(jobs_test.job(:'c_ready')::text, :'c_cancelled_before',
+          'R45: the cancelled row keeps its reason and its finish, to the byte');
 select throws_ok($$select jobs.cancel(id => gen_random_uuid())$$, 'JQ013', null,
                  'cancelling an unknown id raises X_JOB_NOT_CANCELLABLE');
 select throws_ok($$select jobs.cancel(id => null)$$, 'JQ001', null, 'a NULL id raises JQ001');
