@@ -82,6 +82,8 @@ class Scheduler:
         self._next_maintenance = datetime.min.replace(tzinfo=UTC)
         self._watermarks: dict[str, datetime] = {}
         self._running = True
+        # the round in flight: a second tick_once joins it rather than dispatching beside it
+        self._round: asyncio.Task[int] | None = None
         self.fired = 0
 
     def still_leading(self) -> bool:
@@ -107,7 +109,17 @@ class Scheduler:
             log.info("jobs.scheduler.leading", extra={"holder": self.holder})
 
     async def tick_once(self) -> int:
-        """One round: renew the lease when due, then fire what is owed. Answers fires made."""
+        """One round: renew the lease when due, then fire what is owed. Answers fires made.
+
+        One round at a time (J123): a call while a round is in flight joins it and answers its
+        fires. Cancelling the caller that started the round cancels the round (an abandoned
+        round keeps the lease); cancelling a joiner leaves the round running."""
+        if self._round is not None and not self._round.done():
+            return await asyncio.shield(self._round)
+        self._round = asyncio.ensure_future(self._tick())
+        return await self._round
+
+    async def _tick(self) -> int:
         now = self.clock()
         # standbys ask at the renewal interval; a leader also renews the moment its lease ends
         if now >= self._next_renewal or (self.leading and now >= self._lease_until):

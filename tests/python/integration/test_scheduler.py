@@ -250,6 +250,38 @@ def test_an_idle_minute_costs_seven_statements_whatever_the_tasks(database_url):
     assert sorted(idle) == ["jobs.rollup_counters"] + ["jobs.scheduler_lead"] * 6
 
 
+def test_concurrent_ticks_join_the_round_in_flight(database_url):
+    """J123: three tick_once calls at once make one round: one lease renewal, one arm and one
+    fire, and each call answers that round's fires."""
+    registry = report_app(database_url, catch_up="run-once")
+    set_watermark(database_url, "hourly", START - timedelta(minutes=30))
+    clock = Clock(START + timedelta(minutes=1))
+    node = Scheduler(registry, database_url, clock=clock, holder="joined")
+    statements: list[str] = []
+    real_run = node.db.run
+
+    async def counting(call):
+        statements.append(call.function)
+        await asyncio.sleep(0.01)  # the others arrive while this round is on the wire
+        return await real_run(call)
+
+    node.db.run = counting  # type: ignore[method-assign]
+
+    async def scenario() -> list[int]:
+        await node.db.open()
+        try:
+            return list(await asyncio.gather(*(node.tick_once() for _ in range(3))))
+        finally:
+            await node.db.close()
+
+    assert asyncio.run(scenario()) == [1, 1, 1]
+    assert statements.count("jobs.scheduler_lead") == 1
+    assert statements.count("jobs.scheduler_arm") == 1
+    assert statements.count("jobs.scheduler_fire") == 1
+    assert reports(database_url) == [START.isoformat()]
+    assert node.fired == 1
+
+
 def test_a_leader_whose_lease_ran_out_reads_the_watermarks_again(database_url):
     """Another node may have fired while this one stalled: its memory is stale."""
     registry = report_app(database_url, catch_up="run-once")
