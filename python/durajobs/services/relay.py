@@ -14,6 +14,7 @@ import asyncio
 import logging
 import os
 import socket
+import time
 import uuid
 from datetime import timedelta
 
@@ -21,7 +22,7 @@ from durajobs._db import calls
 from durajobs._db.database import AsyncDatabase
 from durajobs._values.durations import Duration, parse_duration
 from durajobs.errors import Invariant
-from durajobs.runtime._asyncio import CancelWatch
+from durajobs.runtime._asyncio import CancelWatch, cancel_and_wait
 from durajobs.runtime.wake import QueueWake
 
 log = logging.getLogger(__name__)
@@ -31,6 +32,8 @@ IDLE_CEILING = timedelta(seconds=2)
 WOKEN_IDLE_CEILING = timedelta(seconds=5)
 DEFAULT_CLAIM_LEASE = timedelta(seconds=30)
 DEFAULT_BATCH = 100
+# how often a stopping relay looks again at its deadline while the pass in flight finishes
+STOP_STEP = 0.05  # seconds
 
 
 def _claim_lease(value: Duration) -> timedelta:
@@ -86,14 +89,23 @@ class OutboxRelay:
         self._running = True
         self._pass: asyncio.Task[int] | None = None
         self._closing: asyncio.Future[None] | None = None
+        self._stop_by: float | None = None  # stop(deadline): when run() abandons the pass
+        self._stop_requested = asyncio.Event()
         self.published = 0
 
     def kick(self, _payload: str | None = None) -> None:
         self._kick.set()
 
-    def stop(self) -> None:
-        """Stop after the pass in flight (run() joins it, so no publish is left unmarked)."""
+    def stop(self, deadline: Duration | None = None) -> None:
+        """Stop after the pass in flight: run() joins it, so no publish is left unmarked. With a
+        `deadline` (counted from this call) run() waits for the pass that long at most, then
+        abandons it (its rows come back when their claim lapses; a re-publish dedupes). Called
+        again, the earliest deadline wins, whenever it was given."""
         self._running = False
+        self._stop_requested.set()
+        if deadline is not None:
+            by = time.monotonic() + parse_duration(deadline, field="deadline").total_seconds()
+            self._stop_by = by if self._stop_by is None else min(self._stop_by, by)
         self._kick.set()
 
     async def open(self) -> None:
@@ -133,8 +145,16 @@ class OutboxRelay:
                 cancel.check()
                 self._kick.clear()
                 self._pass = asyncio.ensure_future(self.run_once())
+                # the pass, or a stop: then _finish joins the pass (within stop's deadline)
+                stopping = asyncio.ensure_future(self._stop_requested.wait())
                 try:
-                    moved = await asyncio.shield(self._pass)
+                    await asyncio.wait({self._pass, stopping}, return_when=asyncio.FIRST_COMPLETED)
+                finally:
+                    stopping.cancel()
+                if not self._pass.done():
+                    break
+                try:
+                    moved = self._pass.result()
                 except Exception as failure:
                     log.error(
                         "jobs.outbox.tick-failed",
@@ -167,8 +187,17 @@ class OutboxRelay:
 
     async def _finish(self) -> None:
         try:
-            if self._pass is not None and not self._pass.done():
-                await asyncio.wait({self._pass})
+            running = self._pass
+            # in short steps: a later stop() may bring the deadline forward
+            while running is not None and not running.done():
+                step = STOP_STEP
+                if self._stop_by is not None:
+                    step = min(step, self._stop_by - time.monotonic())
+                    if step <= 0:
+                        log.warning("jobs.outbox.stop-abandoned", extra={"relay": self.relay_id})
+                        await cancel_and_wait(running)
+                        break
+                await asyncio.wait({running}, timeout=step)
         finally:
             await self.close()
 

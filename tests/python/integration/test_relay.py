@@ -394,6 +394,52 @@ def test_stop_during_a_slow_publish_returns_after_the_mark(database_url, queue_u
     assert job_rows(queue_url) == sorted((s.id, s.run_id) for s in (a, b))
 
 
+@pytest.mark.parametrize("deadlines", [("10s", "300ms"), ("300ms", "10s")])
+def test_stop_with_a_deadline_abandons_a_pass_that_outlives_it(
+    database_url, queue_url, caplog, deadlines
+):
+    """Item 110: stop(deadline) binds when it is called and the earliest deadline wins; the
+    abandoned pass's rows are published by the next relay, each once."""
+    job = send_job(durajobs.Registry(queue_url, outbox=True))
+    staged = stage(database_url, job, ["a", "b"])
+    events: list[str] = []
+    lease = "1s"  # the abandoned rows come back to the next relay after it
+
+    async def scenario() -> float:
+        relay = OutboxRelay(
+            database_url, queue_url, listen=False, interval="50ms", claim_lease=lease
+        )
+        publishing = _slow_publishes(relay, events, seconds=5.0)
+        runner = asyncio.ensure_future(relay.run())
+        await asyncio.wait_for(publishing.wait(), 10)
+        began = time.monotonic()
+        for deadline in deadlines:
+            relay.stop(deadline=deadline)
+        await asyncio.wait_for(runner, 20)
+        return time.monotonic() - began
+
+    with caplog.at_level(logging.WARNING, logger="durajobs"):
+        took = asyncio.run(scenario())
+    assert took < 3.0, "the earlier deadline, 300 ms, bounded the wait, not the 5 s publish"
+    assert "jobs.outbox.stop-abandoned" in [r.getMessage() for r in caplog.records]
+    assert not events, "the slow publish was cut before it answered"
+
+    async def next_relay() -> None:
+        relay = OutboxRelay(database_url, queue_url, listen=False, interval="50ms")
+        await run_until_published(relay)
+
+    async def run_until_published(relay: OutboxRelay) -> None:
+        runner = asyncio.ensure_future(relay.run())
+        await eventually(
+            lambda: len(job_rows(queue_url)) == 2, timeout=15, what="the rows re-published"
+        )
+        relay.stop()
+        await runner
+
+    asyncio.run(next_relay())
+    assert job_rows(queue_url) == sorted((s.id, s.run_id) for s in staged), "each row once"
+
+
 def test_a_cancel_the_opening_dropped_still_stops_the_relay(database_url):
     # opening waits on the pool, which can drop a cancel: the relay polled on as if never asked
     relay = OutboxRelay(database_url, listen=False, interval="20ms")
