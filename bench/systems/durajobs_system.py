@@ -20,7 +20,7 @@ from durajobs.runtime.worker import Worker
 
 QUEUE = "bench"
 BATCH = 1000
-WORKER_CONFIG: dict[str, Any] = {"concurrency": 50, "listen": True, "freeze_gc": True}
+WORKER_CONFIG: dict[str, Any] = {"concurrency": 1000, "listen": True, "freeze_gc": True}
 CONFIG = f"Worker({', '.join(f'{k}={v!r}' for k, v in WORKER_CONFIG.items())})"
 
 

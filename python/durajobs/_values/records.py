@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+import json
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
@@ -44,6 +45,8 @@ class Answer:
     __slots__ = ()
 
     COLUMNS: ClassVar[str] = ""
+    # field name -> the SQL expression selected for it, where that is not the column of its name
+    SELECTED: ClassVar[dict[str, str]] = {}
     NARROWED: ClassVar[Narrowed] = {}
     LOCAL: ClassVar[tuple[str, ...]] = ()
     _NARROW_AT: ClassVar[tuple[tuple[int, type[StrEnum], str, str], ...]] = ()
@@ -58,7 +61,9 @@ class Answer:
         ]
         if fields[len(fields) - len(cls.LOCAL) :] != list(cls.LOCAL):
             raise TypeError(f"{cls.__name__}: LOCAL must name the last fields, in order")
-        cls.COLUMNS = ", ".join(fields[: len(fields) - len(cls.LOCAL)])
+        cls.COLUMNS = ", ".join(
+            cls.SELECTED.get(name, name) for name in fields[: len(fields) - len(cls.LOCAL)]
+        )
         at = []
         for name, (kind, column) in cls.NARROWED.items():
             table, _, column_name = column.rpartition(".")
@@ -84,15 +89,19 @@ class EnqueueResult(Answer):
     deduped: bool
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, eq=False)
 class ClaimedJob(Answer):
-    """A row jobs.claim_v1 answered: claimed ('running') or buried ('dead' or 'failed')."""
+    """A row jobs.claim_v1 answered: claimed ('running') or buried ('dead' or 'failed').
+
+    Not frozen: one is built for every claimed row, and a frozen dataclass pays a call per
+    field to build. The input is kept as the database's JSON text, read by the input model's
+    own JSON parser; `input` decodes it for the rare reader that wants a dict."""
 
     id: UUID
     run_id: UUID
     name: str
     queue: str
-    input: dict[str, Any]
+    input_json: str
     tenant_id: str | None
     state: JobState
     attempt: int
@@ -110,8 +119,15 @@ class ClaimedJob(Answer):
     # who claimed it: the claim call's own argument, not a column
     worker_id: str = ""
 
+    SELECTED: ClassVar[dict[str, str]] = {"input_json": "input::text"}
     NARROWED: ClassVar[Narrowed] = {"state": (JobState, "jobs.jobs.state")}
     LOCAL: ClassVar[tuple[str, ...]] = ("worker_id",)
+
+    @property
+    def input(self) -> dict[str, Any]:
+        """The input, decoded (each read decodes it again)."""
+        decoded: dict[str, Any] = json.loads(self.input_json)
+        return decoded
 
     @property
     def fence(self) -> Fence:

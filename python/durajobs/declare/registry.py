@@ -117,16 +117,27 @@ class Job(Generic[I]):
         try:
             return self.input_model.model_validate(input)
         except ValidationError as invalid:
-            first = invalid.errors()[0]
-            where = ".".join(str(part) for part in first["loc"]) or "input"
-            raise JobInputInvalid(
-                f"job {self.name}: input field {where!r}: {first['msg']}",
-                detail={
-                    "job": self.name,
-                    "field": where,
-                    "errors": invalid.errors(include_url=False),
-                },
-            ) from None
+            raise self._invalid(invalid) from None
+
+    def parse_json(self, text: str | bytes) -> I:
+        """Validate a JSON text (a claimed row's input) against the input model, parsed by
+        pydantic itself; raise X_JOB_INPUT_INVALID naming the field."""
+        try:
+            return self.input_model.model_validate_json(text)
+        except ValidationError as invalid:
+            raise self._invalid(invalid) from None
+
+    def _invalid(self, invalid: ValidationError) -> JobInputInvalid:
+        first = invalid.errors()[0]
+        where = ".".join(str(part) for part in first["loc"]) or "input"
+        return JobInputInvalid(
+            f"job {self.name}: input field {where!r}: {first['msg']}",
+            detail={
+                "job": self.name,
+                "field": where,
+                "errors": invalid.errors(include_url=False),
+            },
+        )
 
     def request(
         self,

@@ -40,9 +40,9 @@ from durajobs.errors import (
     JobTenantMismatch,
     JobTimeout,
 )
-from durajobs.runtime.acks import AckBatcher
 from durajobs.runtime.cancel import CancelSignal
-from durajobs.runtime.progress import ProgressReporter, checked
+from durajobs.runtime.progress import ProgressReporter
+from durajobs.runtime.settler import OnAnswer, Settler
 from durajobs.runtime.steps import AsyncSteps, StepBook, StepSuspension, SyncSteps, new_book
 
 log = logging.getLogger(__name__)
@@ -83,29 +83,57 @@ class Lease(Protocol):
         """Seconds past the lease's end on this process's clock (zero or less: still held)."""
 
 
-@dataclass
 class _Context(Generic[I]):
-    input: I
-    job: str
-    job_id: UUID
-    run_id: UUID
-    queue: str
-    attempt: int
-    max_attempts: int
-    tenant_id: str | None
-    enqueued_by: str | None
-    signal: CancelSignal
-    reporter: ProgressReporter | None = field(default=None, kw_only=True, repr=False)
+    """What every handler receives: its input, the attempt's facts, its signal and progress.
+
+    Read from the claimed row when asked; the step API and the progress reporter are made on
+    first use, so an attempt that never takes a step or reports pays for neither."""
+
+    __slots__ = ("_attempt", "input", "signal")
+
+    def __init__(self, input: I, attempt: Attempt) -> None:
+        self.input = input
+        self.signal = attempt.signal
+        self._attempt = attempt
+
+    @property
+    def job(self) -> str:
+        return self._attempt.claimed.name
+
+    @property
+    def job_id(self) -> UUID:
+        return self._attempt.claimed.id
+
+    @property
+    def run_id(self) -> UUID:
+        return self._attempt.claimed.run_id
+
+    @property
+    def queue(self) -> str:
+        return self._attempt.claimed.queue
+
+    @property
+    def attempt(self) -> int:
+        return self._attempt.claimed.attempt
+
+    @property
+    def max_attempts(self) -> int:
+        return self._attempt.claimed.max_attempts
+
+    @property
+    def tenant_id(self) -> str | None:
+        return self._attempt.claimed.tenant_id
+
+    @property
+    def enqueued_by(self) -> str | None:
+        return self._attempt.claimed.enqueued_by
 
     def progress(self, done: float, total: float | None = None, note: str | None = None) -> None:
         """Report how far the run has got; written at most once a second, and before the settle.
 
         Never blocks and never fails the job over a write; a bad value raises ArgumentInvalid.
         """
-        if self.reporter is None:
-            checked(done, total, note)  # a body driven by hand still learns of a bad value
-            return
-        self.reporter.report(done, total, note)
+        self._attempt.reporter.report(done, total, note)
 
     @property
     def final_attempt(self) -> bool:
@@ -116,19 +144,41 @@ class _Context(Generic[I]):
         """True once the attempt is cancelled: stop and return or raise."""
         return self.signal.is_set
 
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}(job={self.job!r}, job_id={self.job_id!r}, "
+            f"attempt={self.attempt}, input={self.input!r})"
+        )
 
-@dataclass
+
 class JobContext(_Context[I]):
     """What an `async def` handler receives: `await ctx.step.run(...)`."""
 
-    step: AsyncSteps = field(kw_only=True)
+    __slots__ = ("_step",)
+
+    def __init__(self, input: I, attempt: Attempt) -> None:
+        super().__init__(input, attempt)
+        self._step: AsyncSteps | None = None
+
+    @property
+    def step(self) -> AsyncSteps:
+        if self._step is None:
+            self._step = AsyncSteps(self._attempt.book)
+        return self._step
 
 
-@dataclass
 class SyncJobContext(_Context[I]):
     """What a plain `def` handler receives (it runs in a thread): `ctx.step.run(...)`."""
 
-    step: SyncSteps = field(kw_only=True)
+    __slots__ = ("_step",)
+
+    def __init__(self, input: I, attempt: Attempt, step: SyncSteps) -> None:
+        super().__init__(input, attempt)
+        self._step = step
+
+    @property
+    def step(self) -> SyncSteps:
+        return self._step
 
 
 @dataclass
@@ -153,14 +203,14 @@ class _Writer:
     """The step writer for one attempt: fenced in process (the signal) and in SQL (the claim)."""
 
     def __init__(self, db: Database, claimed: ClaimedJob, signal: CancelSignal) -> None:
-        self._db, self._fence, self._signal = db, claimed.fence, signal
+        self._db, self._claimed, self._signal = db, claimed, signal
 
     async def record_step(
         self, name: str, status: StepStatus, *, output: Any = None, wake_at: datetime | None = None
     ) -> StepRecord:
         self._signal.raise_if_set()
         return await self._db.run(
-            calls.record_step(self._fence, name, status, output=output, wake_at=wake_at)
+            calls.record_step(self._claimed.fence, name, status, output=output, wake_at=wake_at)
         )
 
     async def find_event(self, event: str, match: str | None, after: datetime) -> EventLookup:
@@ -192,7 +242,7 @@ async def run_attempt(
     on_abandoned: Callable[[JobExecution], None] | None = None,
     executor: Executor | None = None,
     on_lingering: Callable[[asyncio.Future[Any]], None] | None = None,
-    acks: AckBatcher | None = None,
+    settler: Settler | None = None,
     on_body_done: Callable[[], None] | None = None,
 ) -> JobExecution:
     """Run one claimed attempt and settle it; never raises for anything the job did.
@@ -205,7 +255,7 @@ async def run_attempt(
         db=db,
         signal=signal,
         lease=lease,
-        acks=acks,
+        settler=settler,
         on_abandoned=on_abandoned,
     )
     return await attempt.run(
@@ -322,7 +372,7 @@ class Attempt:
         db: Database,
         signal: CancelSignal,
         lease: Lease,
-        acks: AckBatcher | None = None,
+        settler: Settler | None = None,
         on_abandoned: Callable[[JobExecution], None] | None = None,
     ) -> None:
         self.began = time.monotonic()
@@ -332,10 +382,37 @@ class Attempt:
         self.lease = lease
         self._db = db
         self._on_abandoned = on_abandoned
-        self.reporter = ProgressReporter(db, claimed, asyncio.get_running_loop())
-        self._settler = _Settler(db, lease, claimed, self.reporter, acks)
+        self._loop = asyncio.get_running_loop()
+        # made on first use: most attempts never report progress or take a step
+        self._reporter: ProgressReporter | None = None
+        self._settler = _Settler(db, lease, claimed, None, settler)
+        self._records: dict[str, StepRecord] = {}
         self._book: StepBook | None = None
         self._deadline: asyncio.TimerHandle | None = None
+
+    @property
+    def reporter(self) -> ProgressReporter:
+        """The attempt's progress reporter, made on the first report."""
+        if self._reporter is None:
+            self._reporter = self._settler.progress = ProgressReporter(
+                self._db, self.claimed, self._loop
+            )
+        return self._reporter
+
+    @property
+    def book(self) -> StepBook:
+        """The attempt's step book, made on the first step."""
+        if self._book is None:
+            job = self.job
+            assert job is not None, "steps need a registered job"
+            self._book = new_book(
+                self._records,
+                _Writer(self._db, self.claimed, self.signal),
+                self.signal,
+                job.step_timeout,
+                job.event_poll,
+            )
+        return self._book
 
     @property
     def startable_now(self) -> bool:
@@ -411,19 +488,17 @@ class Attempt:
         *,
         executor: Executor | None = None,
         on_done: Callable[[], None] | None = None,
+        cancel_on_signal: bool = True,
     ) -> Body:
         """Start the body (a task, or a thread for a plain def); `on_done` when it has ended
-        (a coroutine finished, or a plain def's thread returned), whatever happens after."""
+        (a coroutine finished, or a plain def's thread returned), whatever happens after.
+
+        An async body's task is cancelled when the signal is set, unless `cancel_on_signal` is
+        False: then the caller's own signal callback must (`Body.cancel`)."""
         claimed, job, signal = self.claimed, self.job, self.signal
         assert job is not None, "start() needs a registered job"
-        loop = asyncio.get_running_loop()
-        book = self._book = new_book(
-            records,
-            _Writer(self._db, claimed, signal),
-            signal,
-            job.step_timeout,
-            job.event_poll,
-        )
+        loop = self._loop
+        self._records = records
         if job.timeout is not None:
             limit = job.timeout
             self._deadline = loop.call_later(
@@ -439,14 +514,14 @@ class Attempt:
                 task: asyncio.Future[Any] = loop.create_future()
                 task.cancel()
             else:
-                task = self._launch(job, book, loop, executor)
+                task = self._launch(job, loop, executor)
         except Exception as refused:
             # the input did not parse, or calling the handler raised before its body ran (a
             # handler that takes no ctx): an ordinary failure of the attempt, decided as such
             if on_done is not None:
                 on_done()
             return Body(job, signal, None, refused=refused, on_late=self._late)
-        if job.is_async:
+        if job.is_async and cancel_on_signal:
             # a thread cannot be cancelled: a plain def body reads the signal itself
             signal.on_cancel(lambda _reason: loop.call_soon_threadsafe(task.cancel))
         if on_done is not None:
@@ -454,15 +529,11 @@ class Attempt:
         return Body(job, signal, task, on_late=self._late)
 
     def _launch(
-        self,
-        job: Job[Any],
-        book: StepBook,
-        loop: asyncio.AbstractEventLoop,
-        executor: Executor | None,
+        self, job: Job[Any], loop: asyncio.AbstractEventLoop, executor: Executor | None
     ) -> asyncio.Future[Any]:
         """Parse the input, build the context and start the body: a task, or a thread."""
         claimed = self.claimed
-        model = job.parse(claimed.input)
+        model = job.parse_json(claimed.input_json)
         if job.tenant != NO_TENANT:
             # the row's tenant is what the run acts for: it must be the one its input names, or
             # a row written before the tenant rule (or by hand) would act for the wrong org
@@ -473,58 +544,41 @@ class Attempt:
                     f"input names {named!r}",
                     detail={"job": claimed.name, "tenant": claimed.tenant_id, "named": named},
                 )
-        fields: dict[str, Any] = {
-            "input": model,
-            "job": claimed.name,
-            "job_id": claimed.id,
-            "run_id": claimed.run_id,
-            "queue": claimed.queue,
-            "attempt": claimed.attempt,
-            "max_attempts": claimed.max_attempts,
-            "tenant_id": claimed.tenant_id,
-            "enqueued_by": claimed.enqueued_by,
-            "signal": self.signal,
-            "reporter": self.reporter,
-        }
         if job.is_async:
-            started: asyncio.Future[Any] = asyncio.ensure_future(
-                job.handler(JobContext(**fields, step=AsyncSteps(book)))
-            )
-            return started
-        context = SyncJobContext(**fields, step=SyncSteps(book, loop))
+            started = job.handler(JobContext(model, self))
+            if inspect.iscoroutine(started):
+                return loop.create_task(started)
+            return asyncio.ensure_future(started)
+        context = SyncJobContext(model, self, SyncSteps(self.book, loop))
         # the thread runs in a copy of this context, so the attempt's span is its parent too
         body = contextvars.copy_context().run
         threaded: asyncio.Future[Any] = loop.run_in_executor(executor, body, job.handler, context)
         return threaded
 
-    def settle_soon(self, body: Body, on_finished: Callable[[JobExecution], None]) -> bool:
-        """Ack a body that ended cleanly from a callback, with no task of its own; `on_finished`
-        gets the execution once the ack has been answered.
+    def settle_soon(self, body: Body, on_answer: OnAnswer) -> bool:
+        """Ack a body that ended cleanly from a callback, with no task of its own; `on_answer`
+        is called with the settler's answer, which `acked()` turns into the outcome.
 
         Answers False (nothing done) when the verdict needs `conclude()` instead: the body did
         not end cleanly, a progress report is still to be written, an on_settled hook is to be
-        called, or acks are not batched.
+        called, or settles are not batched.
         """
         job = self.job
         if (
             job is None
             or job.on_settled is not None
-            or not self.reporter.idle
+            or not (self._reporter is None or self._reporter.idle)
             or not self._settler.batched
             or not body.ended_cleanly()
         ):
             return False
         self._stop_deadline()
-        assert body.future is not None
-        result = body.future.result()
-
-        def answered(landed: bool) -> None:
-            on_finished(
-                self.finish(Outcome.COMPLETED if landed else Outcome.UNOWNED, result=result)
-            )
-
-        self._settler.ack_soon(answered)
+        self._settler.ack_soon(on_answer)
         return True
+
+    def acked(self, landed: bool, failure: BaseException | None) -> Outcome:
+        """The outcome of an ack sent by `settle_soon`, logged as `conclude` would log it."""
+        return Outcome.COMPLETED if self._settler.judge(landed, failure) else Outcome.UNOWNED
 
     async def conclude(self, ending: BodyEnding) -> JobExecution:
         """Read the verdict off the signal, then off how the body ended, and settle the row."""
@@ -549,8 +603,8 @@ class Attempt:
             landed = await settler.nack(next_state=NackTarget.READY, counts_as_attempt=False)
             log.info("jobs.attempt.interrupted", extra={"job": claimed.name, "id": str(claimed.id)})
             return self.finish(Outcome.INTERRUPTED if landed else Outcome.UNOWNED)
-        if isinstance(reason, JobCancelled | JobLeaseLost):
-            self.reporter.close()  # the attempt no longer owns the row: nothing more to report
+        if isinstance(reason, JobCancelled | JobLeaseLost) and self._reporter is not None:
+            self._reporter.close()  # the attempt no longer owns the row: nothing more to report
         if isinstance(reason, JobCancelled):
             lease.stop()
             log.info("jobs.attempt.cancelled", extra={"job": claimed.name, "id": str(claimed.id)})
@@ -696,38 +750,35 @@ class _Settler:
     lease: Lease
     claimed: ClaimedJob
     progress: ProgressReporter | None = None
-    acks: AckBatcher | None = None
+    batch: Settler | None = None
 
     async def ack(self) -> bool:
         claimed = self.claimed
-        if self.acks is not None:
-            return await self._settle(self.acks.ack(claimed.id, claimed.claim))
+        if self.batch is not None:
+            return await self._settle(self.batch.ack(claimed.id, claimed.claim))
         return await self._settle(self.db.run(calls.ack(claimed.fence)))
 
     @property
     def batched(self) -> bool:
-        return self.acks is not None
+        return self.batch is not None
 
-    def ack_soon(self, on_answer: Callable[[bool], None]) -> None:
-        """Queue the ack on the batcher; `on_answer(landed)` when it is answered. For a body
-        that ended cleanly with no progress report left to write."""
-        assert self.acks is not None
+    def ack_soon(self, on_answer: OnAnswer) -> None:
+        """Queue the ack on the batch; `on_answer` gets its answer (pass it to `judge`). For a
+        body that ended cleanly with no progress report left to write."""
+        assert self.batch is not None
         claimed = self.claimed
         if self.progress is not None:
             self.progress.close()  # idle: nothing pending, so closing drops nothing
         self.lease.stop()
         self._warn_if_late()
-        sending = self.acks.ack_soon(claimed.id, claimed.claim)
-        sending.add_done_callback(lambda answer: on_answer(self._answered(answer)))
+        self.batch.ack_soon(claimed.id, claimed.claim, on_answer)
 
-    def _answered(self, answer: asyncio.Future[bool]) -> bool:
-        if answer.cancelled():
-            return False
-        failure = answer.exception()
+    def judge(self, landed: bool, failure: BaseException | None) -> bool:
+        """Whether a settle the batch answered landed; a failure or a miss is logged."""
         if failure is not None:
             self._log_failure(failure)
             return False
-        return self._landed(answer.result())
+        return self._landed(landed)
 
     def _warn_if_late(self) -> None:
         """A settle sent after the lease ran out may meet another claim's attempt of the row
@@ -755,8 +806,9 @@ class _Settler:
 
     async def nack(self, **options: Any) -> bool:
         claimed = self.claimed
-        call = calls.nack(claimed.fence, **options)
-        return await self._settle(self.db.run(call))
+        if self.batch is not None:
+            return await self._settle(self.batch.nack(claimed.id, claimed.claim, options))
+        return await self._settle(self.db.run(calls.nack(claimed.fence, **options)))
 
     async def _settle(self, sending: Awaitable[bool]) -> bool:
         """Send the one settle of this attempt; a miss or a failure is logged, never raised.

@@ -17,11 +17,10 @@ import signal as signals
 import socket
 import time
 import uuid
-from collections import Counter
 from collections.abc import Callable, Coroutine, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 from durajobs._db import calls
@@ -42,13 +41,12 @@ from durajobs.errors import (
 )
 from durajobs.observe.health import Readiness, judge
 from durajobs.observe.metrics import WorkerMetrics
-from durajobs.observe.tracing import job_span, spans_active
 from durajobs.runtime._asyncio import CancelWatch
-from durajobs.runtime.acks import AckBatcher
-from durajobs.runtime.attempt import Attempt, Body, JobExecution, Outcome, notify_settled
-from durajobs.runtime.cancel import CancelSignal
-from durajobs.runtime.lease import HeldLease, LeaseRenewer
+from durajobs.runtime.attempt import Outcome, notify_settled
+from durajobs.runtime.lease import LeaseRenewer
 from durajobs.runtime.presence import WorkerRegistration
+from durajobs.runtime.runner import AttemptRunner
+from durajobs.runtime.settler import Settler
 from durajobs.runtime.wake import QueueWake
 
 log = logging.getLogger(__name__)
@@ -68,6 +66,8 @@ LOCAL_TIMER_MARGIN = 0.05  # seconds
 # how often a queue's claim also buries and re-takes lapsed leases: their scan steps over every
 # dead entry of the lease index, so a busy worker does it once a second rather than every claim
 LAPSED_SCAN_INTERVAL = 1.0  # seconds
+# with freeze_gc: allocations between two passes of the collector's young generation
+GC_YOUNG_THRESHOLD = 50_000
 
 
 @dataclass
@@ -104,11 +104,6 @@ class Worker:
     ) -> None:
         self.registry = registry
         self.queues = list(queues or registry.queues())
-        # the jobs whose running rows hold a place under a declared limit: a lost lease of one
-        # is a lost place (X_JOB_SLOT_LOST)
-        self._limited_names = frozenset(
-            job.name for job in registry.jobs() if job.concurrency is not None
-        )
         if not self.queues:
             raise ConfigInvalid(
                 "the worker serves no queue: declare a job or pass queues",
@@ -144,12 +139,12 @@ class Worker:
             max_size=min(max(self.capacity + 2, 4), 20),
             wait_timeout=max(self.visibility.total_seconds() / 3, 1.0),
         )
-        # the lease renewals and the acks have connections of their own: a finished attempt's
-        # ack or a renewal never queues behind claims and step writes when connections are
-        # scarce (after a burst of terminated backends, the pool regrowing)
+        # the lease renewals, the acks and the nacks have connections of their own: a finished
+        # attempt's settle or a renewal never queues behind claims and step writes when
+        # connections are scarce (after a burst of terminated backends, the pool regrowing)
         self.settle_db = AsyncDatabase(
             database_url,
-            max_size=2,
+            max_size=3,
             wait_timeout=max(self.visibility.total_seconds() / 3, 1.0),
         )
         # one renewal statement a round for every held attempt; the call is looked up each
@@ -159,11 +154,6 @@ class Worker:
         )
         self._listen = listen
         self._wake: QueueWake | None = None
-        self._running: dict[uuid.UUID, _Held] = {}
-        self._per_queue: Counter[str] = Counter()
-        # slots are taken while a body runs, not while its settle is on the wire: the next
-        # claim overlaps the acks of the batch before
-        self._taken = 0
         self._kick = asyncio.Event()
         self._accepting = True
         # time.monotonic() of the drain (None before one): where its deadline starts
@@ -175,15 +165,10 @@ class Worker:
         self._rotation = 0
         self._lapsed_scanned: dict[str, float] = {}  # queue -> when its lapsed leases were sought
         self._idle = True
-        self._outcomes: Counter[str] = Counter()
-        self.executions: list[JobExecution] = []
-        self.keep_executions = False
-        self._executor: ThreadPoolExecutor | None = None
         self._chores: set[asyncio.Task[None]] = set()
         # a claim whose wait a cancel cut: its statement may have committed with the answer
         # thrown away, so the teardown asks which rows this worker holds without knowing
         self._claim_cut = False
-        self._abandoned_ids: set[uuid.UUID] = set()  # their bodies may still run: never given back
         self._registered = False
         self.registration = WorkerRegistration(
             self.db,
@@ -191,15 +176,25 @@ class Worker:
             queues=self.queues,
             slots=self.capacity,
             ttl=self.visibility,
-            in_flight=lambda: list(self._running),
+            in_flight=lambda: list(self._runner.running),
         )
         self.metrics = WorkerMetrics(
             database_url,
             self.queues,
-            in_flight=lambda: len(self._running),
+            in_flight=lambda: len(self._runner.running),
             capacity=lambda: self.capacity,
         )
-        self._acks = AckBatcher(self.settle_db, self.worker_id)
+        # a batch leaving for the database frees the slots its settles held
+        self._settler = Settler(self.settle_db, self.worker_id, on_sent=self.kick)
+        self._runner = AttemptRunner(
+            registry,
+            db=self.db,
+            settler=self._settler,
+            leases=self._leases,
+            metrics=self.metrics,
+            worker_id=self.worker_id,
+            on_slot_freed=self.kick,
+        )
         self._metrics_port = metrics_port
         self._metrics_host = metrics_host
         self._freeze_gc = freeze_gc
@@ -213,11 +208,11 @@ class Worker:
 
     def stats(self) -> WorkerStats:
         return WorkerStats(
-            in_flight=len(self._running),
+            in_flight=len(self._runner.running),
             max_in_flight=self.max_in_flight,
-            completed=self._outcomes[Outcome.COMPLETED],
-            interrupted=self._outcomes[Outcome.INTERRUPTED],
-            outcomes=dict(self._outcomes),
+            completed=self._runner.outcomes[Outcome.COMPLETED],
+            interrupted=self._runner.outcomes[Outcome.INTERRUPTED],
+            outcomes=dict(self._runner.outcomes),
         )
 
     def readiness(self) -> Readiness:
@@ -254,15 +249,15 @@ class Worker:
         if self._registered and self._teardown is None:
             self._background(self.registration.mark_draining())
         log.info(
-            "jobs.worker.draining", extra={"worker": self.worker_id, "held": len(self._running)}
+            "jobs.worker.draining",
+            extra={"worker": self.worker_id, "held": len(self._runner.running)},
         )
-        for held in list(self._running.values()):
-            held.signal.cancel(
-                Draining(
-                    f"worker {self.worker_id} is draining",
-                    detail={"worker": self.worker_id, "id": str(held.row.id)},
-                )
+        self._runner.cancel_all(
+            lambda row: Draining(
+                f"worker {self.worker_id} is draining",
+                detail={"worker": self.worker_id, "id": str(row.id)},
             )
+        )
         self._kick.set()
 
     def drain_time_left(self) -> float | None:
@@ -303,7 +298,7 @@ class Worker:
         cancel = CancelWatch()
         # plain def handlers get a thread per slot, on a pool of the worker's own
         executor = ThreadPoolExecutor(max_workers=self.capacity, thread_name_prefix="durajobs-job")
-        self._executor = executor
+        self._runner.executor = executor
         if install_signal_handlers:
             for number in (signals.SIGTERM, signals.SIGINT):
                 loop.add_signal_handler(number, self.drain)
@@ -322,6 +317,10 @@ class Worker:
                 # lives as long as the process, so the collector need never walk it again
                 gc.collect()
                 gc.freeze()
+                # hundreds of attempts are alive at once under load, and a young-generation
+                # pass walks all of them: every 700 allocations (the default) it cost about a
+                # fifth of the worker's CPU in the burn-down
+                gc.set_threshold(GC_YOUNG_THRESHOLD, *gc.get_threshold()[1:])
             for queue in self.queues:
                 if queue not in self.registry.queues():
                     log.info("jobs.worker.queue-unregistered", extra={"queue": queue})
@@ -388,26 +387,7 @@ class Worker:
 
     async def _settle_held(self) -> None:
         """Wait for held attempts: without limit after stop(), up to the deadline once draining."""
-        held = {entry.done: entry for entry in self._running.values()}
-        pending: set[asyncio.Future[None]] = set(held)
-        while pending:
-            # counted from the drain itself, not from here: a claim in flight when the drain
-            # came (a slow or locked database) must not stretch the budget the platform gives
-            left = self.drain_time_left()
-            if left == 0:
-                self.abandoned = len(pending)
-                log.error(
-                    "jobs.worker.drain-abandoned",
-                    extra={"worker": self.worker_id, "abandoned": len(pending)},
-                )
-                for done in pending:
-                    held[done].abandon()
-                    self._abandoned_ids.add(held[done].row.id)
-                carriers = [held[done].task for done in pending]
-                await asyncio.gather(*pending, *filter(None, carriers), return_exceptions=True)
-                return
-            step = 0.1 if left is None else min(0.1, left)
-            _done, pending = await asyncio.wait(pending, timeout=step)
+        self.abandoned = await self._runner.settle_held(self.drain_time_left)
 
     # -- the claim loop --------------------------------------------------------------------
 
@@ -451,10 +431,11 @@ class Worker:
                 pass
 
     def _room(self) -> int:
-        return max(self.capacity - self._taken, 0)
+        # a finished attempt whose settle waits for a statement still holds its slot
+        return max(self.capacity - self._runner.taken - self._settler.queued, 0)
 
     def _queue_room(self, queue: str) -> int:
-        return max(self.concurrency[queue] - self._per_queue[queue], 0)
+        return max(self.concurrency[queue] - self._runner.per_queue[queue], 0)
 
     async def _pass(self) -> int:
         room = self._room()
@@ -555,7 +536,8 @@ class Worker:
             async with asyncio.timeout(self.drain_time_left()):
                 held = await self.db.run(calls.worker_running(self.worker_id))
                 for fence in held:
-                    if fence.id in self._running or fence.id in self._abandoned_ids:
+                    runner = self._runner
+                    if fence.id in runner.running or fence.id in runner.abandoned_ids:
                         continue
                     await self.db.run(calls.nack(fence, counts_as_attempt=False))
             self._claim_cut = False
@@ -581,30 +563,31 @@ class Worker:
     async def _take(self, rows: list[ClaimedJob], asked: float) -> int:
         """Start the claimed rows (or hand them back uncounted once draining) and announce the
         buried ones; answer how many started."""
-        started = 0
         # claimed rows start first: a slow on_settled hook of a buried row must not eat into
         # their leases
-        for row in (row for row in rows if not row.buried):
-            if not self._accepting:
-                # drained while the claim was in flight: hand the row back, uncounted
+        claimed = [row for row in rows if not row.buried]
+        if not self._accepting:
+            # drained while the claim was in flight: hand the rows back, uncounted
+            for row in claimed:
                 try:
                     await self.db.run(calls.nack(row.fence, counts_as_attempt=False))
                 except Exception as failure:
                     log.error(
                         "jobs.settle.failed", extra={"id": str(row.id), "error": str(failure)}
                     )
-                continue
-            self._start(row, asked)
-            started += 1
-            position = self.queues.index(row.queue) if row.queue in self.queues else -1
+            claimed = []
+        self._runner.start_all(claimed, asked)
+        if claimed:
+            last = claimed[-1].queue
+            position = self.queues.index(last) if last in self.queues else -1
             self._rotation = (position + 1) % len(self.queues)
         for row in (row for row in rows if row.buried):
             outcome = _buried_outcome(row)
             self.metrics.observe(row.queue, outcome)
             if outcome is Outcome.REFUSED:
-                self._outcomes[outcome] += 1
+                self._runner.outcomes[outcome] += 1
             self._background(self._announce_exhausted(row, outcome))
-        return started
+        return len(claimed)
 
     def _background(self, work: Coroutine[Any, Any, None]) -> None:
         task = asyncio.get_running_loop().create_task(work)
@@ -638,151 +621,6 @@ class Worker:
                 input=row.input,
             ),
         )
-
-    # -- one attempt -----------------------------------------------------------------------
-
-    def _start(self, row: ClaimedJob, asked: float) -> None:
-        signal = CancelSignal()
-        keeper = self._leases.hold(
-            row, signal, since=asked, limited=row.name in self._limited_names
-        )
-        attempt = Attempt(
-            row,
-            self.registry,
-            db=self.db,
-            signal=signal,
-            lease=keeper,
-            acks=self._acks,
-        )
-        held = _Held(row, signal, keeper, asyncio.get_running_loop().create_future())
-        self._running[row.id] = held
-        self._taken += 1
-        self._per_queue[row.queue] += 1
-        job = attempt.job
-        if job is not None and job.is_async and attempt.startable_now and not spans_active():
-            self._run_lean(held, attempt)
-        else:
-            held.task = asyncio.get_running_loop().create_task(self._attempt(held, attempt))
-
-    def _run_lean(self, held: _Held, attempt: Attempt) -> None:
-        """The common case with no task of its own: an async body that needs no read first is
-        started here, and when it returns cleanly its ack joins the batch from a callback.
-        Anything else (an error, a suspension, a cancel, a drain, a report to flush) hands the
-        attempt to `_conclude`, which settles it exactly as `execute` would."""
-        loop = asyncio.get_running_loop()
-        body = attempt.start({}, executor=self._executor, on_done=lambda: self._release(held))
-        future = body.future
-        deciding = False
-
-        def decide() -> None:
-            nonlocal deciding
-            if deciding:
-                return
-            deciding = True
-            if not attempt.settle_soon(body, lambda execution: self._settled(held, execution)):
-                held.task = loop.create_task(self._conclude(held, attempt, body))
-
-        if future is None:
-            decide()  # the input did not parse: the verdict is a failure
-            return
-        future.add_done_callback(lambda _future: decide())
-        # the signal may be set from the lease keeper or a body's thread
-        held.signal.on_cancel(lambda _reason: loop.call_soon_threadsafe(decide))
-
-    async def _conclude(self, held: _Held, attempt: Attempt, body: Body) -> None:
-        try:
-            self._record(held, await attempt.conclude(await body.ending()))
-        except Exception as failure:
-            log.error(
-                "jobs.worker.attempt-crashed", extra={"id": str(held.row.id), "error": str(failure)}
-            )
-        finally:
-            await held.keeper.join()
-            self._close(held)
-
-    def _settled(self, held: _Held, execution: JobExecution) -> None:
-        try:
-            self._record(held, execution)
-        except Exception as failure:
-            log.error(
-                "jobs.worker.attempt-crashed", extra={"id": str(held.row.id), "error": str(failure)}
-            )
-        finally:
-            self._close(held)
-
-    async def _attempt(self, held: _Held, attempt: Attempt) -> None:
-        row = held.row
-        lingering: list[asyncio.Future[Any]] = []
-        try:
-            with job_span(row):
-                execution = await attempt.run(
-                    executor=self._executor,
-                    on_lingering=lingering.append,
-                    on_body_done=lambda: self._release(held),
-                )
-            self._record(held, execution)
-        except Exception as failure:
-            log.error(
-                "jobs.worker.attempt-crashed", extra={"id": str(row.id), "error": str(failure)}
-            )
-        finally:
-            await held.keeper.join()
-            if lingering:
-                # a plain def body that ignored its cancel still holds a thread: keep its slot
-                # taken until it returns (a drain's deadline bounds this wait)
-                await asyncio.wait(lingering)
-            self._close(held)
-
-    def _record(self, held: _Held, execution: JobExecution) -> None:
-        self._outcomes[execution.outcome] += 1
-        self.metrics.observe(held.row.queue, execution.outcome)
-        if self.keep_executions:
-            self.executions.append(execution)
-        if execution.resume_at is not None:
-            delay = execution.resume_at - datetime.now(UTC)
-            if delay <= LOCAL_TIMER_HORIZON:
-                # a little after the due time: a kick that comes early finds nothing and leaves
-                # the row to the poll
-                asyncio.get_running_loop().call_later(
-                    max(delay.total_seconds(), 0) + LOCAL_TIMER_MARGIN, self.kick
-                )
-
-    def _release(self, held: _Held) -> None:
-        """Free the attempt's slot: when its body ends, or at the latest when it is closed."""
-        if held.released:
-            return
-        held.released = True
-        self._taken -= 1
-        self._per_queue[held.row.queue] -= 1
-        self._kick.set()  # a freed slot refills at once
-
-    def _close(self, held: _Held) -> None:
-        held.keeper.stop()
-        held.signal.forget_callbacks()
-        if self._running.get(held.row.id) is held:
-            self._running.pop(held.row.id)  # not a newer attempt of the same row
-        self._release(held)  # a body that never ran (or never ended) holds its slot until here
-        if not held.done.done():
-            held.done.set_result(None)
-        self._kick.set()
-
-
-@dataclass(eq=False)
-class _Held:
-    """An attempt this worker holds: `done` resolves once it is settled (or abandoned)."""
-
-    row: ClaimedJob
-    signal: CancelSignal
-    keeper: HeldLease
-    done: asyncio.Future[None]
-    task: asyncio.Task[None] | None = None  # the task concluding it, if any
-    released: bool = False
-
-    def abandon(self) -> None:
-        if self.task is not None:
-            self.task.cancel()
-        if not self.done.done():
-            self.done.cancel()
 
 
 def _buried_outcome(row: ClaimedJob) -> Outcome:

@@ -1,5 +1,5 @@
-"""Batched acks: one statement for the acks that arrive while another is on the wire, each ack
-still fenced on its own claim and told whether it landed."""
+"""Batched settles: one statement for the acks (and one for the nacks) that arrive while another
+is on the wire, each still fenced on its own claim and told whether it landed."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 
 import durajobs
 from durajobs._db.database import AsyncDatabase
-from durajobs.runtime.acks import AckBatcher
+from durajobs.runtime.settler import Settler
 
 
 def _claimed(database_url, count):
@@ -26,7 +26,7 @@ def test_concurrent_acks_share_statements_and_each_learns_whether_it_landed(data
 
     async def scenario():
         async with AsyncDatabase(database_url) as db:
-            batcher = AckBatcher(db, "w")
+            batcher = Settler(db, "w")
             answers = await asyncio.gather(
                 batcher.ack(stale.id, stale.claim + 1),  # a superseded token: fenced
                 *(batcher.ack(row.id, row.claim) for row in claimed[1:]),
@@ -60,7 +60,7 @@ def test_a_failed_batch_is_tried_once_more_then_fails_every_ack_in_it(
                 return await real_run(call)
 
             db.run = flaky  # type: ignore[method-assign]
-            batcher = AckBatcher(db, "w")
+            batcher = Settler(db, "w")
             first = await asyncio.gather(
                 *(batcher.ack(row.id, row.claim) for row in claimed[:2]), return_exceptions=True
             )
@@ -81,10 +81,65 @@ def test_every_ack_is_answered_whatever_the_batch_size(database_url, count):
 
     async def scenario():
         async with AsyncDatabase(database_url) as db:
-            batcher = AckBatcher(db, "w", max_batch=500)
+            batcher = Settler(db, "w", max_batch=500)
             answers = await asyncio.gather(*(batcher.ack(row.id, row.claim) for row in claimed))
             return answers, batcher.statements
 
     answers, statements = asyncio.run(scenario())
     assert answers == [True] * count
     assert statements == -(-count // 500)  # never more than max_batch ids in one statement
+
+
+def test_nacks_share_a_statement_and_each_keeps_its_own_options(database_url):
+    claimed = _claimed(database_url, 3)
+
+    async def scenario():
+        async with AsyncDatabase(database_url) as db:
+            settler = Settler(db, "w")
+            answers = await asyncio.gather(
+                settler.nack(claimed[0].id, claimed[0].claim, {"error": "boom"}),
+                settler.nack(
+                    claimed[1].id,
+                    claimed[1].claim,
+                    {"next_state": "ready", "counts_as_attempt": False},
+                ),
+                settler.nack(claimed[2].id, claimed[2].claim + 1, {"error": "stale"}),
+            )
+            return answers, settler.statements
+
+    answers, statements = asyncio.run(scenario())
+    assert answers == [True, True, False], "the superseded token is fenced out"
+    assert statements == 1
+    with psycopg.connect(database_url, autocommit=True) as connection:
+        rows = connection.execute(
+            "select id, state, attempt, last_error from jobs.jobs where id = any(%s)",
+            [[row.id for row in claimed]],
+        ).fetchall()
+    by_id = {row[0]: row[1:] for row in rows}
+    assert by_id[claimed[0].id] == ("ready", 1, "boom")
+    assert by_id[claimed[1].id] == ("ready", 0, None), "uncounted: the attempt is given back"
+    assert by_id[claimed[2].id] == ("running", 1, None)
+
+
+def test_settles_waiting_for_a_statement_are_counted_until_it_leaves(database_url):
+    """A worker counts a queued settle as a taken slot: `queued` must fall to zero once the
+    statement carrying it has left, and `on_sent` must say so."""
+    claimed = _claimed(database_url, 4)
+
+    async def scenario():
+        async with AsyncDatabase(database_url) as db:
+            sent: list[int] = []
+            settler = Settler(db, "w", on_sent=lambda: sent.append(settler.queued))
+            answers: list[bool] = []
+            for row in claimed:
+                settler.ack_soon(row.id, row.claim, lambda landed, _failure: answers.append(landed))
+            queued_before = settler.queued
+            while len(answers) < len(claimed):
+                await asyncio.sleep(0.01)
+            return queued_before, sent, settler.queued, answers
+
+    queued_before, sent, queued_after, answers = asyncio.run(scenario())
+    assert queued_before == 4
+    assert sent == [0], "one statement took all four off the queue"
+    assert queued_after == 0
+    assert answers == [True] * 4
