@@ -16,6 +16,7 @@ from typing import Any
 
 import durajobs_system
 import psycopg
+from durajobs.runtime.loop import run as run_loop
 from contract import Actions, Tally, main
 
 BATCH = 500
@@ -58,7 +59,7 @@ async def _drain(url: str, tally: Tally) -> None:
 
 def work(url: str, count: int) -> None:
     tally = Tally(count)
-    asyncio.run(_drain(url, tally))
+    run_loop(_drain(url, tally))
     tally.emit_work(CONFIG)
 
 

@@ -16,6 +16,7 @@ from contract import Actions, Tally, emit, enqueue_at_rate, main
 from pydantic import BaseModel
 
 import durajobs
+from durajobs.runtime.loop import run as run_loop
 from durajobs.runtime.worker import Worker
 
 QUEUE = "bench"
@@ -82,18 +83,18 @@ async def _run_worker(url: str, tally: Tally) -> None:
 
 def work(url: str, count: int) -> None:
     tally = Tally(count)
-    asyncio.run(_run_worker(url, tally))
+    run_loop(_run_worker(url, tally))
     tally.emit_work(CONFIG)
 
 
 def latency(url: str, count: int) -> None:
     tally = Tally(count, report_each=True)
-    asyncio.run(_run_worker(url, tally))
+    run_loop(_run_worker(url, tally))
     emit({"runs": tally.runs})
 
 
 def idle(url: str) -> None:
-    asyncio.run(_run_worker(url, Tally(None)))
+    run_loop(_run_worker(url, Tally(None)))
     emit({"ok": True})
 
 

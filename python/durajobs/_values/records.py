@@ -107,21 +107,33 @@ class ClaimedJob(Answer):
     attempt: int
     max_attempts: int
     claim: int
-    priority: int
-    run_at: datetime
-    created_at: datetime
-    lease_expires_at: datetime | None
     last_error: str | None
     traceparent: str | None
     enqueued_by: str | None
     # whether the run may have stored steps: False lets the worker skip reading its history
     has_steps: bool = True
+    # for display: a worker's own claim leaves them out (None), as it never reads them
+    priority: int | None = None
+    run_at: datetime | None = None
+    created_at: datetime | None = None
+    lease_expires_at: datetime | None = None
     # who claimed it: the claim call's own argument, not a column
     worker_id: str = ""
 
     SELECTED: ClassVar[dict[str, str]] = {"input_json": "input::text"}
     NARROWED: ClassVar[Narrowed] = {"state": (JobState, "jobs.jobs.state")}
     LOCAL: ClassVar[tuple[str, ...]] = ("worker_id",)
+    # the fields a worker's own claim leaves out (from_worker_row)
+    DISPLAY: ClassVar[tuple[str, ...]] = ("priority", "run_at", "created_at", "lease_expires_at")
+
+    @classmethod
+    def from_worker_row(cls, row: Row, worker_id: str) -> ClaimedJob:
+        """Build one from a row of every column but the DISPLAY ones."""
+        values = list(row)
+        values[6] = narrow(JobState, values[6], table="jobs.jobs", column="state")
+        values += (None,) * len(cls.DISPLAY)
+        values.append(worker_id)
+        return cls(*values)
 
     @property
     def input(self) -> dict[str, Any]:

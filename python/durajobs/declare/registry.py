@@ -108,7 +108,11 @@ class Job(Generic[I]):
     @property
     def is_async(self) -> bool:
         """An `async def` handler, seen through functools.wraps wrappers and __call__."""
-        return _is_async(self.handler)
+        # asked a few times an attempt; the handler never changes, so it is worked out once
+        known = self.__dict__.get("_is_async")
+        if known is None:
+            known = self.__dict__["_is_async"] = _is_async(self.handler)
+        return bool(known)
 
     def parse(self, input: I | Mapping[str, Any]) -> I:
         """Validate `input` against the input model; raise X_JOB_INPUT_INVALID naming the field."""

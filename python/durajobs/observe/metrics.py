@@ -152,13 +152,13 @@ class WorkerMetrics:
         self._thread: Thread | None = None
         self.port: int | None = None
 
-    def observe(self, queue: str, outcome: str) -> None:
-        """Count one attempt's outcome (an execution.Outcome value)."""
+    def observe(self, queue: str, outcome: str, count: int = 1) -> None:
+        """Count `count` attempts' outcome (an execution.Outcome value)."""
         counter = self._counters.get((queue, outcome))
         if counter is None:
             counter = self._counters[queue, outcome] = self._counter_for(queue, outcome)
         if counter is not None:
-            counter.inc()
+            counter.inc(count)
 
     def _counter_for(self, queue: str, outcome: str) -> Counter | None:
         # looked up once per pair: labels() costs more than the increment, once per job

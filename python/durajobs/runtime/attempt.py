@@ -272,6 +272,15 @@ class BodyEnding:
     suspension: StepSuspension | None = None
 
 
+# what a handler returns that can never be awaitable: asked first, as inspect.isawaitable asks
+# an ABC, which costs more than the rest of a clean ending's checks
+_PLAIN = (type(None), str, int, float, bool, dict, list, tuple)
+
+
+def _awaitable(value: object) -> bool:
+    return type(value) not in _PLAIN and inspect.isawaitable(value)
+
+
 class Body:
     """A started handler: its future, and how to wait for it under the attempt's signal."""
 
@@ -297,7 +306,7 @@ class Body:
             and not future.cancelled()
             and future.exception() is None
             and self.signal.reason is None
-            and not inspect.isawaitable(future.result())
+            and not _awaitable(future.result())
         )
 
     async def ending(

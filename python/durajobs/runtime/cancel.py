@@ -47,9 +47,9 @@ class CancelSignal:
 
     def forget_callbacks(self) -> None:
         """Drop the callbacks not yet called: the attempt is over. They close over the attempt
-        that holds this signal, so keeping them would leave a cycle for the collector."""
-        with self._lock:
-            self._callbacks = []
+        that holds this signal, so keeping them would leave a cycle for the collector. One
+        assignment: no lock needed to swap the list."""
+        self._callbacks = []
 
     @property
     def is_set(self) -> bool:

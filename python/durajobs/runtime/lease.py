@@ -20,7 +20,6 @@ import time
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from typing import Any
-from uuid import UUID
 
 from durajobs._db import calls
 from durajobs._db.calls import Call
@@ -46,7 +45,6 @@ class HeldLease:
         renewer: LeaseRenewer,
         claimed: ClaimedJob,
         signal: CancelSignal,
-        *,
         since: float,
         limited: bool,
     ) -> None:
@@ -88,7 +86,8 @@ class LeaseRenewer:
         self._visibility = visibility.total_seconds()
         self._interval = self._visibility / 3
         self.visibility = self._visibility  # seconds, read by each lease
-        self._held: dict[UUID, HeldLease] = {}
+        # insertion-ordered, keyed by the lease itself: hashing a UUID costs a Python call
+        self._held: dict[HeldLease, None] = {}
         self._changed: asyncio.Event | None = None
         self._task: asyncio.Task[None] | None = None
 
@@ -96,8 +95,8 @@ class LeaseRenewer:
         self, claimed: ClaimedJob, signal: CancelSignal, *, since: float, limited: bool = False
     ) -> HeldLease:
         """Start keeping the lease of a claimed attempt."""
-        lease = HeldLease(self, claimed, signal, since=since, limited=limited)
-        self._held[claimed.id] = lease
+        lease = HeldLease(self, claimed, signal, since, limited)
+        self._held[lease] = None
         if self._task is None:
             self._changed = asyncio.Event()
             self._task = asyncio.get_running_loop().create_task(self._keep())
@@ -106,8 +105,7 @@ class LeaseRenewer:
         return lease
 
     def forget(self, lease: HeldLease) -> None:
-        if self._held.get(lease.claimed.id) is lease:
-            del self._held[lease.claimed.id]
+        self._held.pop(lease, None)
 
     async def close(self) -> None:
         """Stop renewing (the worker is gone); the held leases lapse on their own."""
@@ -142,7 +140,7 @@ class LeaseRenewer:
         """Seconds until the oldest lease needs renewing; None with nothing held."""
         if not self._held:
             return None
-        oldest = min(lease.last_landed for lease in self._held.values())
+        oldest = min(lease.last_landed for lease in self._held)
         return oldest + self._interval - time.monotonic()
 
     async def _round(self) -> float | None:
@@ -150,7 +148,7 @@ class LeaseRenewer:
         before the next round (None: as the leases' ages say)."""
         now = time.monotonic()
         due: list[HeldLease] = []
-        for lease in list(self._held.values()):
+        for lease in list(self._held):
             if now - lease.last_landed >= self._visibility:
                 self._lost(lease, "expired")
             elif now - lease.last_landed >= self._interval / 2:

@@ -90,7 +90,7 @@ class _Held:
     def acked(self, landed: bool, failure: BaseException | None) -> None:
         """The settler answered this attempt's ack."""
         try:
-            self.runner._count(self.row, self.attempt.acked(landed, failure))
+            self.runner._count(self.row, self.attempt.acked(landed, failure), batched=True)
         finally:
             self.runner._close(self)
 
@@ -122,14 +122,22 @@ class AttemptRunner:
             job.name for job in registry.jobs() if job.concurrency is not None
         )
         self.executor: Executor | None = None  # plain def bodies run here (set by the worker)
-        self.running: dict[UUID, _Held] = {}
+        # keyed by the attempt itself (a UUID's hash is a Python call); ids() lists their rows
+        self.running: dict[_Held, None] = {}
         self.per_queue: Counter[str] = Counter()
         # slots are taken while a body runs, not while its settle is on the wire: the next
         # claim overlaps the acks of the batch before
         self.taken = 0
         self.outcomes: Counter[str] = Counter()
+        # outcomes of acks answered in a batch, not yet added to the metrics: a Prometheus
+        # increment costs more than the rest of an ack's bookkeeping, so a batch adds once
+        self._unreported: Counter[tuple[str, str]] = Counter()
         self.abandoned_ids: set[UUID] = set()  # their bodies may still run: never given back
         self._emptied: asyncio.Event | None = None
+
+    def ids(self) -> list[UUID]:
+        """The ids of the rows held now."""
+        return [held.row.id for held in self.running]
 
     # -- starting ----------------------------------------------------------------------------
 
@@ -147,7 +155,7 @@ class AttemptRunner:
             row, self._registry, db=self._db, signal=signal, lease=lease, settler=self._settler
         )
         held = _Held(self, row, signal, lease, attempt)
-        self.running[row.id] = held
+        self.running[held] = None
         self.taken += 1
         self.per_queue[row.queue] += 1
         if traced is None:
@@ -215,14 +223,24 @@ class AttemptRunner:
 
     # -- ending ------------------------------------------------------------------------------
 
-    def _count(self, row: ClaimedJob, outcome: Outcome) -> None:
+    def _count(self, row: ClaimedJob, outcome: Outcome, *, batched: bool = False) -> None:
         self.outcomes[outcome] += 1
-        self._metrics.observe(row.queue, outcome)
+        if batched:
+            self._unreported[row.queue, outcome] += 1
+        else:
+            self._metrics.observe(row.queue, outcome)
         if log.isEnabledFor(logging.DEBUG):
             log.debug(
                 "jobs.attempt.ended",
                 extra={"job": row.name, "id": str(row.id), "outcome": str(outcome)},
             )
+
+    def report_batch(self) -> None:
+        """Add the outcomes of the acks answered since the last call to the metrics (the
+        settler calls it once it has answered a batch)."""
+        unreported, self._unreported = self._unreported, Counter()
+        for (queue, outcome), count in unreported.items():
+            self._metrics.observe(queue, outcome, count)
 
     def _record(self, held: _Held, execution: JobExecution) -> None:
         self._count(held.row, execution.outcome)
@@ -247,17 +265,16 @@ class AttemptRunner:
     def _close(self, held: _Held) -> None:
         held.lease.stop()
         held.signal.forget_callbacks()
-        if self.running.get(held.row.id) is held:
-            del self.running[held.row.id]  # not a newer attempt of the same row
-            if not self.running and self._emptied is not None:
-                self._emptied.set()
+        removed = self.running.pop(held, False) is None
+        if removed and not self.running and self._emptied is not None:
+            self._emptied.set()
         self._release(held)  # a body that never ran (or never ended) holds its slot until here
 
     # -- draining ----------------------------------------------------------------------------
 
     def cancel_all(self, reason: Callable[[ClaimedJob], DurajobsError]) -> None:
         """Set the signal of every held attempt, each with its own reason."""
-        for held in list(self.running.values()):
+        for held in list(self.running):
             held.signal.cancel(reason(held.row))
 
     async def settle_held(self, time_left: Callable[[], float | None]) -> int:
@@ -282,7 +299,7 @@ class AttemptRunner:
         return 0
 
     async def _abandon(self) -> int:
-        held = list(self.running.values())
+        held = list(self.running)
         log.error(
             "jobs.worker.drain-abandoned",
             extra={"worker": self._worker_id, "abandoned": len(held)},

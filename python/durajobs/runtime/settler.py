@@ -17,7 +17,6 @@ from typing import Any, Protocol, TypeVar
 from uuid import UUID
 
 from durajobs._db import calls
-from durajobs._values.records import SettleResult
 
 T = TypeVar("T")
 
@@ -39,12 +38,14 @@ class _Lane:
     def __init__(
         self,
         db: Database,
-        build: Callable[[list[Any]], calls.Call[list[SettleResult]]],
+        build: Callable[[list[Any]], calls.Call[list[bool]]],
         max_batch: int,
         on_sent: Callable[[], None],
+        on_answered: Callable[[], None],
     ) -> None:
         self._db = db
         self._on_sent = on_sent
+        self._on_answered = on_answered
         self._build = build
         self._max_batch = max_batch
         self.waiting: list[tuple[Any, OnAnswer]] = []
@@ -81,9 +82,17 @@ class _Lane:
             except Exception as failure:
                 for _item, on_answer in batch:
                     _answer(on_answer, False, failure)
+                self._answered()
                 return
-        for (_item, on_answer), result in zip(batch, results, strict=True):
-            _answer(on_answer, result.landed, None)
+        for (_item, on_answer), landed in zip(batch, results, strict=True):
+            _answer(on_answer, landed, None)
+        self._answered()
+
+    def _answered(self) -> None:
+        try:
+            self._on_answered()
+        except Exception as crashed:
+            log.error("jobs.settle.callback-failed", extra={"error": repr(crashed)})
 
 
 def _answer(on_answer: OnAnswer, landed: bool, failure: BaseException | None) -> None:
@@ -103,16 +112,26 @@ class Settler:
         *,
         max_batch: int = MAX_BATCH,
         on_sent: Callable[[], None] = lambda: None,
+        on_answered: Callable[[], None] = lambda: None,
     ) -> None:
+        """`on_sent` is called when a batch leaves for the database, `on_answered` once every
+        settle of a batch has had its answer."""
         self._acks = _Lane(
             db,
-            lambda items: calls.ack_many(
+            lambda items: calls.ack_many_landed(
                 worker_id, [id for id, _ in items], [claim for _, claim in items]
             ),
             max_batch,
             on_sent,
+            on_answered,
         )
-        self._nacks = _Lane(db, lambda items: calls.nack_many(worker_id, items), max_batch, on_sent)
+        self._nacks = _Lane(
+            db,
+            lambda items: calls.nack_many_landed(worker_id, items),
+            max_batch,
+            on_sent,
+            on_answered,
+        )
 
     @property
     def queued(self) -> int:

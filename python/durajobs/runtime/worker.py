@@ -17,6 +17,7 @@ import signal as signals
 import socket
 import time
 import uuid
+from collections import Counter
 from collections.abc import Callable, Coroutine, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -66,6 +67,9 @@ LOCAL_TIMER_MARGIN = 0.05  # seconds
 # how often a queue's claim also buries and re-takes lapsed leases: their scan steps over every
 # dead entry of the lease index, so a busy worker does it once a second rather than every claim
 LAPSED_SCAN_INTERVAL = 1.0  # seconds
+# the most rows one claim statement asks for: with more slots than this, the next claim is sent
+# while the rows of the last are started, and the pipe stays full
+MAX_CLAIM = 500
 # with freeze_gc: allocations between two passes of the collector's young generation
 GC_YOUNG_THRESHOLD = 50_000
 
@@ -163,6 +167,10 @@ class Worker:
         self._teardown: asyncio.Future[None] | None = None
         self._event_loop: asyncio.AbstractEventLoop | None = None  # the loop run() runs on
         self._rotation = 0
+        # rows claimed but not yet started, by queue: their slots are spoken for
+        self._reserved: Counter[str] = Counter()
+        # the next pass, sent while the rows of the last one are started
+        self._ahead: asyncio.Task[int] | None = None
         self._lapsed_scanned: dict[str, float] = {}  # queue -> when its lapsed leases were sought
         self._idle = True
         self._chores: set[asyncio.Task[None]] = set()
@@ -176,7 +184,7 @@ class Worker:
             queues=self.queues,
             slots=self.capacity,
             ttl=self.visibility,
-            in_flight=lambda: list(self._runner.running),
+            in_flight=lambda: self._runner.ids(),
         )
         self.metrics = WorkerMetrics(
             database_url,
@@ -185,7 +193,12 @@ class Worker:
             capacity=lambda: self.capacity,
         )
         # a batch leaving for the database frees the slots its settles held
-        self._settler = Settler(self.settle_db, self.worker_id, on_sent=self.kick)
+        self._settler = Settler(
+            self.settle_db,
+            self.worker_id,
+            on_sent=self.kick,
+            on_answered=lambda: self._runner.report_batch(),
+        )
         self._runner = AttemptRunner(
             registry,
             db=self.db,
@@ -392,12 +405,31 @@ class Worker:
     # -- the claim loop --------------------------------------------------------------------
 
     async def _loop(self, cancel: CancelWatch) -> None:
+        try:
+            await self._claim_until_stopped(cancel)
+        except BaseException:
+            # a claim sent ahead and still on the wire is cut with the loop: the teardown asks
+            # the database for the rows it may have taken (its cancel marks the claim cut)
+            if self._ahead is not None:
+                self._ahead.cancel()
+            raise
+        finally:
+            if self._ahead is not None:
+                # after stop() or a drain, its rows are handed back uncounted when it returns
+                ahead, self._ahead = self._ahead, None
+                await asyncio.gather(ahead, return_exceptions=True)
+
+    async def _claim_until_stopped(self, cancel: CancelWatch) -> None:
         wait = self.poll_floor
         while self._accepting:
             cancel.check()
             self._kick.clear()
             try:
                 claimed = await self._pass()
+                # a claim sent ahead keeps the pipe full: each may send the next
+                while self._ahead is not None:
+                    ahead, self._ahead = self._ahead, None
+                    claimed += await ahead
                 self._last_pass = time.monotonic()
             except Exception as failure:
                 # a failed pass never kills the loop: re-arm at the floor
@@ -431,11 +463,14 @@ class Worker:
                 pass
 
     def _room(self) -> int:
-        # a finished attempt whose settle waits for a statement still holds its slot
-        return max(self.capacity - self._runner.taken - self._settler.queued, 0)
+        # a finished attempt whose settle waits for a statement still holds its slot, and a
+        # claimed row not yet started has its slot already
+        taken = self._runner.taken + self._settler.queued + self._reserved.total()
+        return max(self.capacity - taken, 0)
 
     def _queue_room(self, queue: str) -> int:
-        return max(self.concurrency[queue] - self._runner.per_queue[queue], 0)
+        taken = self._runner.per_queue[queue] + self._reserved[queue]
+        return max(self.concurrency[queue] - taken, 0)
 
     async def _pass(self) -> int:
         room = self._room()
@@ -445,6 +480,7 @@ class Worker:
         open_queues = [q for q in rotated if self._queue_room(q) > 0]
         if not open_queues:
             return 0
+        room = min(room, MAX_CLAIM)
         if self._idle:
             # a first fill from idle: one statement over every queue with a free slot
             size = min(room, min(self._queue_room(q) for q in open_queues))
@@ -478,6 +514,7 @@ class Worker:
                     visibility=self.visibility,
                     drop_exhausted=dropping,
                     recover_lapsed=recover,
+                    for_worker=True,
                 )
             )
             # a full batch or a burial may have left lapsed rows behind: look again next claim
@@ -535,9 +572,9 @@ class Worker:
         try:
             async with asyncio.timeout(self.drain_time_left()):
                 held = await self.db.run(calls.worker_running(self.worker_id))
+                known = set(self._runner.ids()) | self._runner.abandoned_ids
                 for fence in held:
-                    runner = self._runner
-                    if fence.id in runner.running or fence.id in runner.abandoned_ids:
+                    if fence.id in known:
                         continue
                     await self.db.run(calls.nack(fence, counts_as_attempt=False))
             self._claim_cut = False
@@ -576,6 +613,17 @@ class Worker:
                         "jobs.settle.failed", extra={"id": str(row.id), "error": str(failure)}
                     )
             claimed = []
+        if claimed:
+            reserved = Counter(row.queue for row in claimed)
+            self._reserved += reserved
+            try:
+                if self._ahead is None and self._room() > 0:
+                    # the database works on the next claim while this process starts these
+                    # rows: sent first, it reaches the wire before they take the loop
+                    self._ahead = asyncio.get_running_loop().create_task(self._pass())
+                    await asyncio.sleep(0)
+            finally:
+                self._reserved -= reserved
         self._runner.start_all(claimed, asked)
         if claimed:
             last = claimed[-1].queue

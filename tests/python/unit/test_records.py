@@ -17,14 +17,25 @@ from durajobs._values.records import Answer
 def _claimed_row(id: UUID, claim: int) -> tuple[object, ...]:
     now = datetime.now(UTC)
     return (
-        id, uuid4(), "n", "default", {}, None, "running", 1, 3, claim, 0, now, now, now,
-        None, None, None, False,
+        id, uuid4(), "n", "default", "{}", None, "running", 1, 3, claim, None, None, None, False,
+        0, now, now, now,
     )  # fmt: skip
 
 
 def test_the_claimant_is_not_a_column():
     assert "worker_id" not in ClaimedJob.COLUMNS.split(", ")
-    assert ClaimedJob.COLUMNS.endswith("enqueued_by, has_steps")
+    assert ClaimedJob.COLUMNS.endswith("has_steps, priority, run_at, created_at, lease_expires_at")
+
+
+def test_a_worker_s_claim_leaves_out_the_display_columns_and_keeps_its_fence():
+    call = calls.claim(["default"], "w-7", for_worker=True)
+    selected = call.sql.split(" from ")[0]
+    assert "has_steps" in selected
+    assert not [column for column in ClaimedJob.DISPLAY if column in selected]
+    first = uuid4()
+    (row,) = call.decode([_claimed_row(first, 3)[:14]])
+    assert row.fence == Fence(first, "w-7", 3)
+    assert (row.run_at, row.priority, row.input) == (None, None, {})
 
 
 def test_a_claim_builds_each_row_s_fence_from_its_own_worker_id():
