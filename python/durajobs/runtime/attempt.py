@@ -394,7 +394,8 @@ class Attempt:
         self._loop = asyncio.get_running_loop()
         # made on first use: most attempts never report progress or take a step
         self._reporter: ProgressReporter | None = None
-        self._settler = _Settler(db, lease, claimed, None, settler)
+        self._batch = settler
+        self._one_settler: _Settler | None = None  # made when the verdict needs one
         self._records: dict[str, StepRecord] = {}
         self._book: StepBook | None = None
         self._deadline: asyncio.TimerHandle | None = None
@@ -403,10 +404,18 @@ class Attempt:
     def reporter(self) -> ProgressReporter:
         """The attempt's progress reporter, made on the first report."""
         if self._reporter is None:
-            self._reporter = self._settler.progress = ProgressReporter(
-                self._db, self.claimed, self._loop
-            )
+            self._reporter = ProgressReporter(self._db, self.claimed, self._loop)
+            if self._one_settler is not None:
+                self._one_settler.progress = self._reporter
         return self._reporter
+
+    @property
+    def _settler(self) -> _Settler:
+        if self._one_settler is None:
+            self._one_settler = _Settler(
+                self._db, self.lease, self.claimed, self._reporter, self._batch
+            )
+        return self._one_settler
 
     @property
     def book(self) -> StepBook:
@@ -577,17 +586,24 @@ class Attempt:
             job is None
             or job.on_settled is not None
             or not (self._reporter is None or self._reporter.idle)
-            or not self._settler.batched
+            or self._batch is None
             or not body.ended_cleanly()
         ):
             return False
         self._stop_deadline()
-        self._settler.ack_soon(on_answer)
+        if self._reporter is not None:
+            self._reporter.close()  # idle: nothing pending, so closing drops nothing
+        self.lease.stop()
+        _warn_if_late(self.lease, self.claimed)
+        self._batch.ack_soon(self.claimed.id, self.claimed.claim, on_answer)
         return True
 
     def acked(self, landed: bool, failure: BaseException | None) -> Outcome:
         """The outcome of an ack sent by `settle_soon`, logged as `conclude` would log it."""
-        return Outcome.COMPLETED if self._settler.judge(landed, failure) else Outcome.UNOWNED
+        if failure is not None:
+            _log_failure(self.claimed, failure)
+            return Outcome.UNOWNED
+        return Outcome.COMPLETED if _landed(self.claimed, landed) else Outcome.UNOWNED
 
     async def conclude(self, ending: BodyEnding) -> JobExecution:
         """Read the verdict off the signal, then off how the body ended, and settle the row."""
@@ -767,52 +783,6 @@ class _Settler:
             return await self._settle(self.batch.ack(claimed.id, claimed.claim))
         return await self._settle(self.db.run(calls.ack(claimed.fence)))
 
-    @property
-    def batched(self) -> bool:
-        return self.batch is not None
-
-    def ack_soon(self, on_answer: OnAnswer) -> None:
-        """Queue the ack on the batch; `on_answer` gets its answer (pass it to `judge`). For a
-        body that ended cleanly with no progress report left to write."""
-        assert self.batch is not None
-        claimed = self.claimed
-        if self.progress is not None:
-            self.progress.close()  # idle: nothing pending, so closing drops nothing
-        self.lease.stop()
-        self._warn_if_late()
-        self.batch.ack_soon(claimed.id, claimed.claim, on_answer)
-
-    def judge(self, landed: bool, failure: BaseException | None) -> bool:
-        """Whether a settle the batch answered landed; a failure or a miss is logged."""
-        if failure is not None:
-            self._log_failure(failure)
-            return False
-        return self._landed(landed)
-
-    def _warn_if_late(self) -> None:
-        """A settle sent after the lease ran out may meet another claim's attempt of the row
-        (then it lands nowhere): say so, with how late, before it goes."""
-        late = self.lease.overdue()
-        if late > 0:
-            claimed = self.claimed
-            log.warning(
-                "jobs.settle.late",
-                extra={"job": claimed.name, "id": str(claimed.id), "late_seconds": round(late, 3)},
-            )
-
-    def _log_failure(self, failure: BaseException) -> None:
-        claimed = self.claimed
-        log.error(
-            "jobs.settle.failed",
-            extra={"job": claimed.name, "id": str(claimed.id), "error": _error_text(failure)},
-        )
-
-    def _landed(self, landed: object) -> bool:
-        if landed is False:
-            claimed = self.claimed
-            log.warning("jobs.settle.unowned", extra={"job": claimed.name, "id": str(claimed.id)})
-        return bool(landed)
-
     async def nack(self, **options: Any) -> bool:
         claimed = self.claimed
         if self.batch is not None:
@@ -829,14 +799,38 @@ class _Settler:
             if self.progress is not None:
                 await self.progress.flush()  # the last report lands before the row leaves running
             self.lease.stop()
-            self._warn_if_late()
+            _warn_if_late(self.lease, self.claimed)
             landed = await sending
         except Exception as failure:
             if inspect.iscoroutine(sending):
                 sending.close()  # never started if the failure came first: no stray warning
-            self._log_failure(failure)
+            _log_failure(self.claimed, failure)
             return False
-        return self._landed(landed)
+        return _landed(self.claimed, landed)
+
+
+def _warn_if_late(lease: Lease, claimed: ClaimedJob) -> None:
+    """A settle sent after the lease ran out may meet another claim's attempt of the row (then
+    it lands nowhere): say so, with how late, before it goes."""
+    late = lease.overdue()
+    if late > 0:
+        log.warning(
+            "jobs.settle.late",
+            extra={"job": claimed.name, "id": str(claimed.id), "late_seconds": round(late, 3)},
+        )
+
+
+def _log_failure(claimed: ClaimedJob, failure: BaseException) -> None:
+    log.error(
+        "jobs.settle.failed",
+        extra={"job": claimed.name, "id": str(claimed.id), "error": _error_text(failure)},
+    )
+
+
+def _landed(claimed: ClaimedJob, landed: object) -> bool:
+    if landed is False:
+        log.warning("jobs.settle.unowned", extra={"job": claimed.name, "id": str(claimed.id)})
+    return bool(landed)
 
 
 async def _on_settled(job: Job[Any], claimed: ClaimedJob, execution: JobExecution) -> None:

@@ -36,41 +36,35 @@ LOCAL_TIMER_MARGIN = 0.05  # seconds
 SETTLE_POLL = 0.1  # seconds between looks at a drain's budget while attempts finish
 
 
-class _Held:
-    """An attempt the runner holds, from its start to its settle (or abandonment). Its bound
-    methods are the attempt's callbacks: no closure is made per attempt."""
+class _Held(HeldLease):
+    """An attempt the runner holds, from its start to its settle (or abandonment): its lease in
+    the worker's renewer, and its bookkeeping. Its bound methods are the attempt's callbacks:
+    no closure is made per attempt."""
 
-    __slots__ = (
-        "attempt",
-        "body",
-        "deciding",
-        "lease",
-        "loop",
-        "released",
-        "row",
-        "runner",
-        "signal",
-        "task",
-    )
+    __slots__ = ("attempt", "body", "deciding", "loop", "released", "runner", "task")
+
+    attempt: Attempt
 
     def __init__(
         self,
         runner: AttemptRunner,
+        renewer: LeaseRenewer,
         row: ClaimedJob,
         signal: CancelSignal,
-        lease: HeldLease,
-        attempt: Attempt,
+        since: float,
+        limited: bool,
     ) -> None:
+        super().__init__(renewer, row, signal, since, limited)
         self.runner = runner
-        self.row = row
-        self.signal = signal
-        self.lease = lease
-        self.attempt = attempt
         self.loop = asyncio.get_running_loop()
         self.body: Body | None = None
         self.task: asyncio.Task[None] | None = None  # the task concluding it, if any
         self.released = False  # its slot given back
         self.deciding = False  # the verdict has begun: a second trigger is ignored
+
+    @property
+    def row(self) -> ClaimedJob:
+        return self.claimed
 
     def ended(self, _future: asyncio.Future[Any]) -> None:
         """The body's future is done."""
@@ -150,11 +144,11 @@ class AttemptRunner:
 
     def start(self, row: ClaimedJob, asked: float, *, traced: bool | None = None) -> None:
         signal = CancelSignal()
-        lease = self._leases.hold(row, signal, since=asked, limited=row.name in self._limited)
-        attempt = Attempt(
-            row, self._registry, db=self._db, signal=signal, lease=lease, settler=self._settler
+        held = _Held(self, self._leases, row, signal, asked, row.name in self._limited)
+        attempt = held.attempt = Attempt(
+            row, self._registry, db=self._db, signal=signal, lease=held, settler=self._settler
         )
-        held = _Held(self, row, signal, lease, attempt)
+        self._leases.keep(held)
         self.running[held] = None
         self.taken += 1
         self.per_queue[row.queue] += 1
@@ -263,7 +257,7 @@ class AttemptRunner:
         self._on_slot_freed()  # a freed slot refills at once
 
     def _close(self, held: _Held) -> None:
-        held.lease.stop()
+        held.stop()
         held.signal.forget_callbacks()
         removed = self.running.pop(held, False) is None
         if removed and not self.running and self._emptied is not None:

@@ -521,7 +521,7 @@ class Worker:
             if recover and len(rows) < size and not any(row.buried for row in rows):
                 self._lapsed_scanned.update(dict.fromkeys(queues, asked))
             # inside the try: a cancel among the hand-backs of a drain leaves rows unknown too
-            return await self._take(rows, asked)
+            return await self._take(rows, asked, full=len(rows) >= size)
         except asyncio.CancelledError:
             # psycopg answers a cancel by cancelling the statement, and raises even when it had
             # already committed: the rows would stay running until their leases lapse, each a
@@ -597,9 +597,10 @@ class Worker:
                 chore.cancel()
             await asyncio.gather(*late, return_exceptions=True)
 
-    async def _take(self, rows: list[ClaimedJob], asked: float) -> int:
+    async def _take(self, rows: list[ClaimedJob], asked: float, *, full: bool) -> int:
         """Start the claimed rows (or hand them back uncounted once draining) and announce the
-        buried ones; answer how many started."""
+        buried ones; answer how many started. After a `full` batch (more rows are likely
+        waiting) the next claim is sent first."""
         # claimed rows start first: a slow on_settled hook of a buried row must not eat into
         # their leases
         claimed = [row for row in rows if not row.buried]
@@ -617,7 +618,8 @@ class Worker:
             reserved = Counter(row.queue for row in claimed)
             self._reserved += reserved
             try:
-                if self._ahead is None and self._room() > 0:
+                # a partial batch emptied the queue: a pickup starts its row at once
+                if full and self._ahead is None and self._room() > 0:
                     # the database works on the next claim while this process starts these
                     # rows: sent first, it reaches the wire before they take the loop
                     self._ahead = asyncio.get_running_loop().create_task(self._pass())
