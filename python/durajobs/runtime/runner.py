@@ -36,35 +36,43 @@ LOCAL_TIMER_MARGIN = 0.05  # seconds
 SETTLE_POLL = 0.1  # seconds between looks at a drain's budget while attempts finish
 
 
-class _Held(HeldLease):
-    """An attempt the runner holds, from its start to its settle (or abandonment): its lease in
-    the worker's renewer, and its bookkeeping. Its bound methods are the attempt's callbacks:
-    no closure is made per attempt."""
+class _Held:
+    """An attempt the runner holds, from its start to its settle (or abandonment). Its bound
+    methods are the attempt's callbacks: no closure is made per attempt. Nothing it refers to
+    refers back to it once the attempt is closed, so an attempt leaves no cycle for the
+    collector (the lease is an object of its own: the attempt holds it too)."""
 
-    __slots__ = ("attempt", "body", "deciding", "loop", "released", "runner", "task")
-
-    attempt: Attempt
+    __slots__ = (
+        "attempt",
+        "body",
+        "deciding",
+        "lease",
+        "loop",
+        "released",
+        "row",
+        "runner",
+        "signal",
+        "task",
+    )
 
     def __init__(
         self,
         runner: AttemptRunner,
-        renewer: LeaseRenewer,
         row: ClaimedJob,
         signal: CancelSignal,
-        since: float,
-        limited: bool,
+        lease: HeldLease,
+        attempt: Attempt,
     ) -> None:
-        super().__init__(renewer, row, signal, since, limited)
         self.runner = runner
+        self.row = row
+        self.signal = signal
+        self.lease = lease
+        self.attempt = attempt
         self.loop = asyncio.get_running_loop()
         self.body: Body | None = None
         self.task: asyncio.Task[None] | None = None  # the task concluding it, if any
         self.released = False  # its slot given back
         self.deciding = False  # the verdict has begun: a second trigger is ignored
-
-    @property
-    def row(self) -> ClaimedJob:
-        return self.claimed
 
     def ended(self, _future: asyncio.Future[Any]) -> None:
         """The body's future is done."""
@@ -144,11 +152,11 @@ class AttemptRunner:
 
     def start(self, row: ClaimedJob, asked: float, *, traced: bool | None = None) -> None:
         signal = CancelSignal()
-        held = _Held(self, self._leases, row, signal, asked, row.name in self._limited)
-        attempt = held.attempt = Attempt(
-            row, self._registry, db=self._db, signal=signal, lease=held, settler=self._settler
+        lease = self._leases.hold(row, signal, since=asked, limited=row.name in self._limited)
+        attempt = Attempt(
+            row, self._registry, db=self._db, signal=signal, lease=lease, settler=self._settler
         )
-        self._leases.keep(held)
+        held = _Held(self, row, signal, lease, attempt)
         self.running[held] = None
         self.taken += 1
         self.per_queue[row.queue] += 1
@@ -257,7 +265,7 @@ class AttemptRunner:
         self._on_slot_freed()  # a freed slot refills at once
 
     def _close(self, held: _Held) -> None:
-        held.stop()
+        held.lease.stop()
         held.signal.forget_callbacks()
         removed = self.running.pop(held, False) is None
         if removed and not self.running and self._emptied is not None:

@@ -1,9 +1,9 @@
 """The asyncio worker: claims batches fairly across queues, runs each attempt under a kept lease,
 and drains on SIGTERM without counting the attempts it interrupts.
 
-The loop re-arms on each claim PASS, never on the jobs, so a long job never blocks free slots.
-Idle, it backs off from 250 ms to 2 s (10 s once the wake is proven); a wake, a freed slot or a
-local timer for a retry due within a minute starts a pass at once.
+Three parts do the work: the claim loop (runtime/claimer.py), the attempt runner
+(runtime/runner.py) and the settler (runtime/settler.py); the lease renewer, the wake and the
+registry row run beside them. This module owns their lifecycle: start, stop, drain, teardown.
 """
 
 from __future__ import annotations
@@ -11,14 +11,12 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
-import math
 import os
 import signal as signals
 import socket
 import time
 import uuid
-from collections import Counter
-from collections.abc import Callable, Coroutine, Mapping
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import timedelta
@@ -28,22 +26,21 @@ from durajobs._db import calls
 from durajobs._db.database import AsyncDatabase
 from durajobs._values.counts import parse_count
 from durajobs._values.durations import Duration, parse_duration
-from durajobs._values.records import ClaimedJob
 from durajobs._values.states import DeclareOutcome
 from durajobs.declare.catalogue import deploy_label
 from durajobs.declare.limits import LIMIT_FIELDS
-from durajobs.declare.registry import Registry, Settled
+from durajobs.declare.registry import Registry
 from durajobs.errors import (
     ConfigInvalid,
     Draining,
     JobConcurrencyUnenforceable,
     JobDeclarationConflict,
-    JobKeyBusy,
 )
 from durajobs.observe.health import Readiness, judge
 from durajobs.observe.metrics import WorkerMetrics
 from durajobs.runtime._asyncio import CancelWatch
-from durajobs.runtime.attempt import Outcome, notify_settled
+from durajobs.runtime.attempt import Outcome
+from durajobs.runtime.claimer import ClaimLoop, Pacing
 from durajobs.runtime.lease import LeaseRenewer
 from durajobs.runtime.presence import WorkerRegistration
 from durajobs.runtime.runner import AttemptRunner
@@ -62,14 +59,6 @@ DRAIN_DEADLINE = timedelta(seconds=25)
 # /readyz fails when the database, the claim loop or the wake has been silent this long: three
 # of the longest idle waits, so an idle worker with a proven wake stays ready
 READY_WITHIN = timedelta(seconds=30)
-LOCAL_TIMER_HORIZON = timedelta(minutes=1)
-LOCAL_TIMER_MARGIN = 0.05  # seconds
-# how often a queue's claim also buries and re-takes lapsed leases: their scan steps over every
-# dead entry of the lease index, so a busy worker does it once a second rather than every claim
-LAPSED_SCAN_INTERVAL = 1.0  # seconds
-# the most rows one claim statement asks for: with more slots than this, the next claim is sent
-# while the rows of the last are started, and the pipe stays full
-MAX_CLAIM = 500
 # with freeze_gc: allocations between two passes of the collector's young generation
 GC_YOUNG_THRESHOLD = 50_000
 
@@ -133,7 +122,6 @@ class Worker:
         self.idle_ceiling = parse_duration(idle_ceiling, field="idle_ceiling")
         self.woken_idle_ceiling = parse_duration(woken_idle_ceiling, field="woken_idle_ceiling")
         self.ready_within = parse_duration(ready_within, field="ready_within")
-        self._last_pass: float | None = None  # when the claim loop last finished a pass
         self.worker_id = worker_id or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         # claims, step writes and nacks share it: enough for every slot to be busy. A call
         # waits a third of the lease for a connection at most: one stuck longer would let
@@ -158,25 +146,12 @@ class Worker:
         )
         self._listen = listen
         self._wake: QueueWake | None = None
-        self._kick = asyncio.Event()
-        self._accepting = True
         # time.monotonic() of the drain (None before one): where its deadline starts
         self._drain_began: float | None = None
         self.abandoned = 0  # attempts left to their lease at the drain deadline
         self._stopped = asyncio.Event()
         self._teardown: asyncio.Future[None] | None = None
         self._event_loop: asyncio.AbstractEventLoop | None = None  # the loop run() runs on
-        self._rotation = 0
-        # rows claimed but not yet started, by queue: their slots are spoken for
-        self._reserved: Counter[str] = Counter()
-        # the next pass, sent while the rows of the last one are started
-        self._ahead: asyncio.Task[int] | None = None
-        self._lapsed_scanned: dict[str, float] = {}  # queue -> when its lapsed leases were sought
-        self._idle = True
-        self._chores: set[asyncio.Task[None]] = set()
-        # a claim whose wait a cancel cut: its statement may have committed with the answer
-        # thrown away, so the teardown asks which rows this worker holds without knowing
-        self._claim_cut = False
         self._registered = False
         self.registration = WorkerRegistration(
             self.db,
@@ -208,6 +183,20 @@ class Worker:
             worker_id=self.worker_id,
             on_slot_freed=self.kick,
         )
+        self._claims = ClaimLoop(
+            registry,
+            db=self.db,
+            worker_id=self.worker_id,
+            queues=self.queues,
+            concurrency=self.concurrency,
+            capacity=self.capacity,
+            visibility=self.visibility,
+            runner=self._runner,
+            settler=self._settler,
+            metrics=self.metrics,
+            pacing=Pacing(self.poll_floor, self.idle_ceiling, self.woken_idle_ceiling),
+            wake_proven=lambda: self._wake is not None and self._wake.proven,
+        )
         self._metrics_port = metrics_port
         self._metrics_host = metrics_host
         self._freeze_gc = freeze_gc
@@ -235,17 +224,17 @@ class Worker:
         return judge(
             now=time.monotonic(),
             within=self.ready_within.total_seconds(),
-            accepting=self._accepting,
+            accepting=self._claims.accepting,
             last_answer=self.db.last_answer,
-            last_pass=self._last_pass,
-            at_capacity=self._room() == 0,
+            last_pass=self._claims.last_pass,
+            at_capacity=self._claims.room() == 0,
             listening=self._listen,
             wake_down_since=None if self._wake is None else self._wake.down_since,
         )
 
     def kick(self, _queue: str | None = None) -> None:
         """Start a claim pass now (a wake, a freed slot, a timer)."""
-        self._kick.set()
+        self._claims.kick()
 
     def drain(self) -> None:
         """SIGTERM: stop claiming and cancel every held attempt with X_DRAINING, at once.
@@ -258,9 +247,9 @@ class Worker:
         if self._drain_began is not None:
             return
         self._drain_began = time.monotonic()
-        self._accepting = False
+        self._claims.stop()
         if self._registered and self._teardown is None:
-            self._background(self.registration.mark_draining())
+            self._claims.background(self.registration.mark_draining())
         log.info(
             "jobs.worker.draining",
             extra={"worker": self.worker_id, "held": len(self._runner.running)},
@@ -271,7 +260,6 @@ class Worker:
                 detail={"worker": self.worker_id, "id": str(row.id)},
             )
         )
-        self._kick.set()
 
     def drain_time_left(self) -> float | None:
         """Seconds left of the drain's budget (0 once spent); None before any drain."""
@@ -286,8 +274,7 @@ class Worker:
         Safe to call from any thread."""
         if self._hop_to_loop(self.stop):
             return
-        self._accepting = False
-        self._kick.set()
+        self._claims.stop()
 
     def _hop_to_loop(self, method: Callable[[], None]) -> bool:
         """Called off the thread running this worker: schedule `method` on its loop instead
@@ -355,20 +342,20 @@ class Worker:
                 },
             )
             try:
-                await self._loop(cancel)
+                await self._claims.run(cancel)
             except asyncio.CancelledError:
                 # the task running the worker was cancelled (a TaskGroup, a timeout, Ctrl-C
                 # under asyncio.run): drain as SIGTERM would, or held attempts would run on
                 # past a closed pool and come back only when their leases lapse, each counted
                 self.drain()
-                if self._claim_cut:
+                if self._claims.claim_cut:
                     # at once, not after the held attempts: rows waiting on a drain's full
                     # budget could lapse into another worker's counted attempts meanwhile
-                    await self._give_back_unknown_rows()
+                    await self._claims.give_back_unknown_rows(self.drain_time_left())
                 await self._settle_held()
                 raise
             await self._settle_held()
-            await self._finish_chores()
+            await self._claims.finish_chores(self.drain_time_left())
         finally:
             if install_signal_handlers:
                 for number in (signals.SIGTERM, signals.SIGINT):
@@ -382,8 +369,8 @@ class Worker:
         """Give back what run() took: the rows of a cut claim, the wake, the registry row, the
         metrics port, the pool."""
         try:
-            if self._claim_cut:
-                await self._give_back_unknown_rows()
+            if self._claims.claim_cut:
+                await self._claims.give_back_unknown_rows(self.drain_time_left())
             if self._wake is not None:
                 await self._wake.stop()
             if self._registered:
@@ -401,134 +388,6 @@ class Worker:
     async def _settle_held(self) -> None:
         """Wait for held attempts: without limit after stop(), up to the deadline once draining."""
         self.abandoned = await self._runner.settle_held(self.drain_time_left)
-
-    # -- the claim loop --------------------------------------------------------------------
-
-    async def _loop(self, cancel: CancelWatch) -> None:
-        try:
-            await self._claim_until_stopped(cancel)
-        except BaseException:
-            # a claim sent ahead and still on the wire is cut with the loop: the teardown asks
-            # the database for the rows it may have taken (its cancel marks the claim cut)
-            if self._ahead is not None:
-                self._ahead.cancel()
-            raise
-        finally:
-            if self._ahead is not None:
-                # after stop() or a drain, its rows are handed back uncounted when it returns
-                ahead, self._ahead = self._ahead, None
-                await asyncio.gather(ahead, return_exceptions=True)
-
-    async def _claim_until_stopped(self, cancel: CancelWatch) -> None:
-        wait = self.poll_floor
-        while self._accepting:
-            cancel.check()
-            self._kick.clear()
-            try:
-                claimed = await self._pass()
-                # a claim sent ahead keeps the pipe full: each may send the next
-                while self._ahead is not None:
-                    ahead, self._ahead = self._ahead, None
-                    claimed += await ahead
-                self._last_pass = time.monotonic()
-            except Exception as failure:
-                # a failed pass never kills the loop: re-arm at the floor
-                log.error("jobs.worker.claim-failed", extra={"error": str(failure)})
-                claimed, wait = 0, self.poll_floor
-            cancel.check()
-            if not self._accepting:
-                break
-            timeout: float | None
-            if claimed:
-                wait = self.poll_floor
-                if self._room() > 0:
-                    # the bodies just started take their first step before the next claim is
-                    # sent: a pickup does not wait for a claim that finds nothing
-                    await asyncio.sleep(0)
-                    continue
-                timeout = None  # at the cap: a freed slot kicks
-            elif self._room() == 0:
-                timeout = None
-            else:
-                timeout = wait.total_seconds()
-                log.debug("jobs.worker.idle", extra={"worker": self.worker_id, "wait": timeout})
-                proven = self._wake is not None and self._wake.proven
-                ceiling = self.woken_idle_ceiling if proven else self.idle_ceiling
-                wait = min(wait * 2, ceiling)
-            try:
-                async with asyncio.timeout(timeout):  # not wait_for: it can swallow a cancel
-                    await self._kick.wait()
-                wait = self.poll_floor
-            except TimeoutError:
-                pass
-
-    def _room(self) -> int:
-        # a finished attempt whose settle waits for a statement still holds its slot, and a
-        # claimed row not yet started has its slot already
-        taken = self._runner.taken + self._settler.queued + self._reserved.total()
-        return max(self.capacity - taken, 0)
-
-    def _queue_room(self, queue: str) -> int:
-        taken = self._runner.per_queue[queue] + self._reserved[queue]
-        return max(self.concurrency[queue] - taken, 0)
-
-    async def _pass(self) -> int:
-        room = self._room()
-        if room == 0:
-            return 0
-        rotated = self.queues[self._rotation :] + self.queues[: self._rotation]
-        open_queues = [q for q in rotated if self._queue_room(q) > 0]
-        if not open_queues:
-            return 0
-        room = min(room, MAX_CLAIM)
-        if self._idle:
-            # a first fill from idle: one statement over every queue with a free slot
-            size = min(room, min(self._queue_room(q) for q in open_queues))
-            got = await self._claim(open_queues, size)
-        else:
-            got, left = 0, room
-            for index, queue in enumerate(open_queues):
-                if left <= 0:
-                    break
-                share = min(math.ceil(left / (len(open_queues) - index)), self._queue_room(queue))
-                taken = await self._claim([queue], share)
-                got, left = got + taken, left - taken
-        self._idle = got == 0
-        return got
-
-    async def _claim(self, queues: list[str], size: int) -> int:
-        if size <= 0 or not self._accepting:
-            return 0
-        dropping = [job.name for job in self.registry.jobs() if not job.retry.dead_letter]
-        asked = time.monotonic()  # the lease runs from the claim, not from the attempt's start
-        recover = any(
-            asked - self._lapsed_scanned.get(queue, -math.inf) >= LAPSED_SCAN_INTERVAL
-            for queue in queues
-        )
-        try:
-            rows = await self.db.run(
-                calls.claim(
-                    queues,
-                    self.worker_id,
-                    batch_size=size,
-                    visibility=self.visibility,
-                    drop_exhausted=dropping,
-                    recover_lapsed=recover,
-                    for_worker=True,
-                )
-            )
-            # a full batch or a burial may have left lapsed rows behind: look again next claim
-            if recover and len(rows) < size and not any(row.buried for row in rows):
-                self._lapsed_scanned.update(dict.fromkeys(queues, asked))
-            # inside the try: a cancel among the hand-backs of a drain leaves rows unknown too
-            return await self._take(rows, asked, full=len(rows) >= size)
-        except asyncio.CancelledError:
-            # psycopg answers a cancel by cancelling the statement, and raises even when it had
-            # already committed: the rows would stay running until their leases lapse, each a
-            # counted attempt. Not shielded (a task per claim cost about a tenth of the
-            # burn-down): the teardown asks for them instead
-            self._claim_cut = True
-            raise
 
     async def _declare_jobs(self) -> None:
         """Put this deploy's declarations in the catalogue, so an enqueue from SQL gets them. A
@@ -564,118 +423,3 @@ class Worker:
                 f"{', '.join(sorted(unenforced))}; the claim enforces the stored ones",
                 detail={"jobs": unenforced},
             )
-
-    async def _give_back_unknown_rows(self) -> None:
-        """After a cut claim: hand back, uncounted, the rows this worker holds running but never
-        started (within the drain's budget). Abandoned attempts keep theirs: their bodies may
-        still run."""
-        try:
-            async with asyncio.timeout(self.drain_time_left()):
-                held = await self.db.run(calls.worker_running(self.worker_id))
-                known = set(self._runner.ids()) | self._runner.abandoned_ids
-                for fence in held:
-                    if fence.id in known:
-                        continue
-                    await self.db.run(calls.nack(fence, counts_as_attempt=False))
-            self._claim_cut = False
-        except Exception as failure:  # TimeoutError included: the rows lapse, as on a crash
-            log.error("jobs.worker.claim-lost", extra={"error": repr(failure)})
-
-    async def _finish_chores(self) -> None:
-        """Wait for the chores (the on_settled hooks of buried rows): without limit after stop(),
-        within what is left of the drain's budget once draining; past it they are cancelled, so
-        a slow hook cannot hold the process past the platform's grace period."""
-        if not self._chores:
-            return
-        _done, late = await asyncio.wait(set(self._chores), timeout=self.drain_time_left())
-        if late:
-            log.error(
-                "jobs.worker.chores-abandoned",
-                extra={"worker": self.worker_id, "abandoned": len(late)},
-            )
-            for chore in late:
-                chore.cancel()
-            await asyncio.gather(*late, return_exceptions=True)
-
-    async def _take(self, rows: list[ClaimedJob], asked: float, *, full: bool) -> int:
-        """Start the claimed rows (or hand them back uncounted once draining) and announce the
-        buried ones; answer how many started. After a `full` batch (more rows are likely
-        waiting) the next claim is sent first."""
-        # claimed rows start first: a slow on_settled hook of a buried row must not eat into
-        # their leases
-        claimed = [row for row in rows if not row.buried]
-        if not self._accepting:
-            # drained while the claim was in flight: hand the rows back, uncounted
-            for row in claimed:
-                try:
-                    await self.db.run(calls.nack(row.fence, counts_as_attempt=False))
-                except Exception as failure:
-                    log.error(
-                        "jobs.settle.failed", extra={"id": str(row.id), "error": str(failure)}
-                    )
-            claimed = []
-        if claimed:
-            reserved = Counter(row.queue for row in claimed)
-            self._reserved += reserved
-            try:
-                # a partial batch emptied the queue: a pickup starts its row at once
-                if full and self._ahead is None and self._room() > 0:
-                    # the database works on the next claim while this process starts these
-                    # rows: sent first, it reaches the wire before they take the loop
-                    self._ahead = asyncio.get_running_loop().create_task(self._pass())
-                    await asyncio.sleep(0)
-            finally:
-                self._reserved -= reserved
-        self._runner.start_all(claimed, asked)
-        if claimed:
-            last = claimed[-1].queue
-            position = self.queues.index(last) if last in self.queues else -1
-            self._rotation = (position + 1) % len(self.queues)
-        for row in (row for row in rows if row.buried):
-            outcome = _buried_outcome(row)
-            self.metrics.observe(row.queue, outcome)
-            if outcome is Outcome.REFUSED:
-                self._runner.outcomes[outcome] += 1
-            self._background(self._announce_exhausted(row, outcome))
-        return len(claimed)
-
-    def _background(self, work: Coroutine[Any, Any, None]) -> None:
-        task = asyncio.get_running_loop().create_task(work)
-        self._chores.add(task)
-        task.add_done_callback(self._chores.discard)
-
-    async def _announce_exhausted(self, row: ClaimedJob, outcome: Outcome) -> None:
-        refused = outcome is Outcome.REFUSED
-        (log.warning if refused else log.error)(
-            "jobs.claim.refused" if refused else "jobs.claim.exhausted",
-            extra={
-                "job": row.name,
-                "id": str(row.id),
-                "state": str(row.state),
-                "attempt": row.attempt,
-            },
-        )
-        job = self.registry.get(row.name)
-        if job is None:
-            return
-        await notify_settled(
-            job,
-            Settled(
-                job=row.name,
-                job_id=row.id,
-                run_id=row.run_id,
-                outcome=str(outcome),
-                attempt=row.attempt,
-                error=row.last_error if refused else "LEASE_LAPSED_FINAL_ATTEMPT",
-                code=JobKeyBusy.code if refused else None,
-                input=row.input,
-            ),
-        )
-
-
-def _buried_outcome(row: ClaimedJob) -> Outcome:
-    """What the claim did with a row it settled itself: refused it (another run held its key),
-    or buried it (its lease lapsed on the final attempt)."""
-    if row.last_error is not None and row.last_error.startswith(JobKeyBusy.code):
-        return Outcome.REFUSED
-    return Outcome.DEAD_LETTERED if row.state == "dead" else Outcome.DROPPED

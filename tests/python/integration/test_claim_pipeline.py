@@ -10,7 +10,7 @@ import time
 import pytest
 
 import durajobs
-from durajobs.runtime import worker as worker_module
+from durajobs.runtime import claimer
 from durajobs.runtime.worker import Worker
 from support.factory import declare
 from support.models import TimedItem
@@ -26,7 +26,7 @@ def _enqueue_many(job: object, count: int) -> None:
 def test_a_claim_sent_ahead_never_takes_more_rows_than_free_slots(database_url, monkeypatch):
     """With claims of at most 3 rows and 4 slots, the claim sent ahead of a batch's start may
     ask for 1 row only: counting the batch's rows as taken is what keeps 4 the peak."""
-    monkeypatch.setattr(worker_module, "MAX_CLAIM", 3)
+    monkeypatch.setattr(claimer, "MAX_CLAIM", 3)
     registry = durajobs.Registry(database_url=database_url)
     running = {"now": 0, "peak": 0}
     started: dict[str, float] = {}
@@ -101,7 +101,7 @@ def test_finished_rows_wait_for_slots_rather_than_pile_up_unacked(database_url):
 def test_rows_of_a_claim_sent_ahead_go_back_uncounted_when_the_worker_stops(
     database_url, monkeypatch, stop
 ):
-    monkeypatch.setattr(worker_module, "MAX_CLAIM", 2)
+    monkeypatch.setattr(claimer, "MAX_CLAIM", 2)
     registry = durajobs.Registry(database_url=database_url)
     seen: list[str] = []
 

@@ -41,7 +41,7 @@ def test_a_run_whose_key_another_run_holds_is_refused_not_run(database_url, capl
         return len(rows) == 2 and len(settled) == 2
 
     worker = Worker(registry, database_url, listen=False)
-    with caplog.at_level(logging.WARNING, logger="durajobs.runtime.worker"):
+    with caplog.at_level(logging.WARNING, logger="durajobs.runtime.claimer"):
         asyncio.run(run_until(worker, both_ended))
 
     states = dict(fetch_all(database_url, "select id, state from jobs.jobs"))

@@ -114,7 +114,7 @@ def test_idle_backoff_doubles_to_the_ceiling(database_url):
         poll_floor=timedelta(milliseconds=10),
         idle_ceiling=timedelta(milliseconds=80),
     )
-    with recorded("durajobs.runtime.worker", "jobs.worker.idle") as idle:
+    with recorded("durajobs.runtime.claimer", "jobs.worker.idle") as idle:
         asyncio.run(run_until(worker, lambda: len(idle) >= 6))
     assert [event["wait"] for event in idle[:6]] == [0.01, 0.02, 0.04, 0.08, 0.08, 0.08]
 
@@ -155,7 +155,7 @@ def test_a_wake_from_another_session_starts_an_idle_worker_at_once(database_url)
         await runner
         return started[0] - enqueued if started else None
 
-    with recorded("durajobs.runtime.worker", "jobs.worker.idle") as idle:
+    with recorded("durajobs.runtime.claimer", "jobs.worker.idle") as idle:
         latency = asyncio.run(scenario())
     assert latency is not None, "the wake did not start the job"
     assert latency < 5.0, "the wake did not start the job before the poll"
@@ -763,7 +763,7 @@ def test_a_proven_wake_raises_the_idle_ceiling(database_url):
         await runner
         return [event["wait"] for event in idle[proven_at:]]
 
-    with recorded("durajobs.runtime.worker", "jobs.worker.idle") as idle:
+    with recorded("durajobs.runtime.claimer", "jobs.worker.idle") as idle:
         waits = asyncio.run(scenario())
     assert 0.16 in waits
 
@@ -906,7 +906,7 @@ def test_a_buried_job_is_reported_to_on_settled_once(database_url):
         idle_ceiling=timedelta(milliseconds=40),
     )
     # several more claim passes after the burial: it is reported once
-    with recorded("durajobs.runtime.worker", "jobs.worker.idle") as idle:
+    with recorded("durajobs.runtime.claimer", "jobs.worker.idle") as idle:
         asyncio.run(run_until(worker, lambda: bool(settled) and len(idle) > 5))
     assert [s.outcome for s in settled] == ["dead-lettered"]
     assert settled[0].input == {"key": "k", "seconds": 0.0}
@@ -932,7 +932,7 @@ def test_an_idle_pass_is_one_claim_over_every_queue(database_url):
         return await real_run(call)
 
     worker.db.run = counting  # type: ignore[method-assign]
-    with recorded("durajobs.runtime.worker", "jobs.worker.idle") as idle:
+    with recorded("durajobs.runtime.claimer", "jobs.worker.idle") as idle:
         asyncio.run(run_until(worker, lambda: len(idle) >= 8))
     assert len(claims) == len(idle)  # one claim per idle pass, not one per queue
     assert all(sorted(queues) == ["a", "b", "c", "d"] for queues in claims)
@@ -1000,7 +1000,7 @@ def test_the_worker_installs_no_signal_handlers_unless_asked(database_url):
         worker.stop()
         await runner
 
-    with recorded("durajobs.runtime.worker", "jobs.worker.idle") as idle:
+    with recorded("durajobs.runtime.claimer", "jobs.worker.idle") as idle:
         asyncio.run(scenario())
     assert seen == [before]
 
@@ -1344,7 +1344,7 @@ def test_the_drain_budget_left_counts_down_from_the_drain(database_url):
         await asyncio.sleep(0.5)
         return first, worker.drain_time_left()
 
-    with recorded("durajobs.runtime.worker", "jobs.worker.idle") as idle:
+    with recorded("durajobs.runtime.claimer", "jobs.worker.idle") as idle:
         first, later = asyncio.run(scenario())
     assert 1.5 < first <= 2.0
     assert later <= first - 0.5
@@ -1384,7 +1384,7 @@ def test_a_cancel_the_claim_dropped_still_stops_the_worker(database_url):
     # its start)
     worker = Worker(_registry(database_url), database_url, queues=["default"], listen=False)
     dropper = CancelDropper()
-    worker._pass = dropper.ahead_of(worker._pass)  # type: ignore[method-assign]
+    worker._claims._pass = dropper.ahead_of(worker._claims._pass)  # type: ignore[method-assign]
 
     ended, cancelled = cancel_once_while_parked(worker.run, dropper)
     assert dropper.dropped
