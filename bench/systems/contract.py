@@ -14,7 +14,7 @@ from typing import Any
 
 # the pacing of `produce`'s `rate R S` line, and how late past S it may still catch up
 TICK = 0.01
-GRACE = 0.1
+GRACE = 1.0
 
 
 def emit(document: dict[str, Any]) -> None:

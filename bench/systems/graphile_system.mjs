@@ -259,7 +259,7 @@ async function produce({ databaseUrl, start }) {
 
 // The pacing of `produce`'s `rate R S` line, and how late past S it may still catch up.
 const TICK_MS = 10;
-const GRACE_MS = 100;
+const GRACE_MS = 1000;
 
 /**
  * Enqueue floor(R * S) jobs numbered from `first`, job k due k / R seconds after the start.
