@@ -51,8 +51,8 @@ select is(
 select ok(
   (select 'plan_cache_mode=force_generic_plan' = any(p.proconfig)
      from pg_proc p
-    where p.oid = 'jobs._claim(text, text[], text, integer, interval, text[], boolean)'::regprocedure),
-  'jobs._claim (behind claim_v1) keeps generic plans');
+    where p.oid = 'jobs.claim_v1(text[], text, integer, interval, text[], boolean)'::regprocedure),
+  'jobs.claim_v1 keeps generic plans');
 
 -- the wake's slot test next to a backlog of 5,000 waiting rows made after the statistics were
 -- taken (so the planner believes the queue is empty), all in one slot
