@@ -16,8 +16,9 @@ from typing import Any
 
 import durajobs_system
 import psycopg
-from durajobs.runtime.loop import run as run_loop
 from contract import Actions, Tally, main
+
+from durajobs.runtime.loop import run as run_loop
 
 BATCH = 500
 CONFIG = f"claim_v1 batch {BATCH} + ack_many_v1 pipelined on a second connection"
