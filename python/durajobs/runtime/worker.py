@@ -319,7 +319,7 @@ class Worker:
                 gc.freeze()
                 # hundreds of attempts are alive at once under load, and a young-generation
                 # pass walks all of them: every 700 allocations (the default) it cost about a
-                # fifth of the worker's CPU in the burn-down
+                # tenth of the worker's CPU in the burn-down
                 gc.set_threshold(GC_YOUNG_THRESHOLD, *gc.get_threshold()[1:])
             for queue in self.queues:
                 if queue not in self.registry.queues():
