@@ -96,17 +96,13 @@ class LeaseRenewer:
     ) -> HeldLease:
         """Start keeping the lease of a claimed attempt."""
         lease = HeldLease(self, claimed, signal, since, limited)
-        self.keep(lease)
-        return lease
-
-    def keep(self, lease: HeldLease) -> None:
-        """Start keeping `lease` (made for this renewer, maybe a subclass carrying more)."""
         self._held[lease] = None
         if self._task is None:
             self._changed = asyncio.Event()
             self._task = asyncio.get_running_loop().create_task(self._keep())
         elif len(self._held) == 1 and self._changed is not None:
             self._changed.set()  # the round was idle: its next due time starts from this one
+        return lease
 
     def forget(self, lease: HeldLease) -> None:
         self._held.pop(lease, None)

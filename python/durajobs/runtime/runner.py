@@ -150,7 +150,8 @@ class AttemptRunner:
         for row in rows:
             self.start(row, asked, traced=traced)
 
-    def start(self, row: ClaimedJob, asked: float, *, traced: bool | None = None) -> None:
+    def start(self, row: ClaimedJob, asked: float, *, traced: bool) -> None:
+        """Start one claimed row; `traced`: whether an attempt gets a span of its own."""
         signal = CancelSignal()
         lease = self._leases.hold(row, signal, since=asked, limited=row.name in self._limited)
         attempt = Attempt(
@@ -160,8 +161,6 @@ class AttemptRunner:
         self.running[held] = None
         self.taken += 1
         self.per_queue[row.queue] += 1
-        if traced is None:
-            traced = spans_active()
         job = attempt.job
         if job is not None and job.is_async and attempt.startable_now and not traced:
             self._start_now(held)
