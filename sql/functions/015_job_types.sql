@@ -4,7 +4,7 @@
 -- which the claim enforces for every client.
 --
 -- Tables: jobs.declarations (one row per declared name; read by jobs.enqueue, jobs.enqueue_many,
--- the publish of an outbox row and the claim, written by jobs.declare_job), jobs.jobs (its
+-- the publish of an outbox row and the claim, written by jobs.declare_job), jobs.jobs_live (its
 -- capped flag, kept in step with the declarations). A name with no row enqueues with the
 -- built-in defaults and no limit. Locks: jobs.declare_job takes the name's row (or its insert
 -- slot), then its live job rows when its capped flag changes.

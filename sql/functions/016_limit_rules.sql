@@ -4,7 +4,7 @@
 -- enforces them (jobs._claim_limited in 030_claim); jobs.limits() in 035_limits shows them.
 --
 -- Tables: jobs.limit_rules (one row per selector), jobs.limit_starts (the starts a rate counts,
--- kept for one window), jobs.jobs (its capped flag: whether any limit applies to a row, so a
+-- kept for one window), jobs.jobs_live (its capped flag: whether any limit applies to a row, so a
 -- claim of rows no limit touches never reads the limited ones). Locks: jobs.set_limit and
 -- jobs.clear_limit take the selector's row, then the live job rows whose capped flag changes.
 
@@ -195,13 +195,13 @@ begin
                from jobs.declarations d
               where d.name = _sync_capped.name
                 and d.concurrency is not null) then
-    update jobs.jobs j
+    update jobs.jobs_live j
        set capped = true
      where j.name = _sync_capped.name
        and j.state in ('ready', 'delayed', 'running', 'suspended')
        and not j.capped;
   else
-    update jobs.jobs j
+    update jobs.jobs_live j
        set capped = false
      where j.name = _sync_capped.name
        and j.state in ('ready', 'delayed', 'running', 'suspended')
@@ -219,7 +219,7 @@ language sql
 volatile
 set search_path = pg_catalog, pg_temp
 as $$
-  update jobs.jobs j
+  update jobs.jobs_live j
      set capped = not j.capped
    where j.state in ('ready', 'delayed', 'running', 'suspended')
      and (_sync_capped_scope.queue is null or j.queue = _sync_capped_scope.queue)

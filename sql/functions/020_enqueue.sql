@@ -1,7 +1,8 @@
 -- 020_enqueue: put jobs on the queue, one or many, deduped on the live idempotency key, and
 -- announce them to idle workers.
 --
--- Tables: jobs.jobs (insert, read), jobs.declarations (read: a declared name's defaults and tenant
+-- Tables: jobs.jobs_live (insert, read), jobs.jobs_history (read: a given id may name a finished
+-- job), jobs.declarations (read: a declared name's defaults and tenant
 -- rule; a name with none enqueues with the built-in ones), jobs.limit_rules (read: whether a
 -- limit counts the row, its capped flag). Locks: the unique indexes only (an insert that meets an
 -- uncommitted twin waits for that transaction, as any unique insert does).
@@ -150,7 +151,7 @@ declare
 begin
   select j.id, j.run_id, true
     into v_result
-    from jobs.jobs j
+    from jobs.jobs_live j
    where j.name = _find_live.name
      and coalesce(j.tenant_id, '') = coalesce(_find_live.tenant_id, '')
      and j.idempotency_key = _find_live.idempotency_key
@@ -184,7 +185,7 @@ begin
   if exists (
        select 1
          from (select j.state, j.run_at, j.created_at
-                 from jobs.jobs j
+                 from jobs.jobs_live j
                 where j.queue = _announce.queue
                   and j.created_at >= v_slot
                   and j.created_at < _announce.created_at
@@ -194,7 +195,7 @@ begin
      or exists (
        select 1
          from (select j.state, j.run_at, j.created_at
-                 from jobs.jobs j
+                 from jobs.jobs_live j
                 where j.queue = _announce.queue
                   and j.created_at > _announce.created_at
                   and j.created_at < v_slot + interval '250 milliseconds'
@@ -278,7 +279,7 @@ begin
   for v_try in 1..2 loop
     -- no conflict target: a taken id (primary key) and a live key (partial unique index) both
     -- insert nothing, and the lookups below tell which
-    insert into jobs.jobs as j (
+    insert into jobs.jobs_live as j (
       id, name, queue, input, idempotency_key, tenant_id, run_id, state, priority,
       max_attempts, run_at, created_at, updated_at, traceparent, enqueued_by, concurrency_key,
       capped)
@@ -292,6 +293,16 @@ begin
     on conflict do nothing
     returning j.id, j.run_id, false
       into v_result;
+
+    -- the primary key guards the live rows only: a given id may name a finished job. Asked
+    -- after the insert, in a statement of its own, so a row that moved to history while the
+    -- insert waited for its delete to commit is seen too
+    if v_result.id is not null
+       and enqueue.id is not null
+       and exists (select 1 from jobs.jobs_history h where h.id = enqueue.id) then
+      delete from jobs.jobs_live j where j.id = enqueue.id;
+      v_result := null;
+    end if;
 
     if v_result.id is not null then
       if v_run_at <= v_now + interval '1 second' then
@@ -465,6 +476,7 @@ declare
   v_answer_run_ids uuid[] := '{}';
   v_answer_deduped boolean[] := '{}';
   v_inserted uuid[];
+  v_taken_back uuid[];
   v_request jobs._enqueue_request;
   v_bad_key text;
   v_bad_ord integer;
@@ -571,7 +583,7 @@ begin
   -- two passes at most, as in jobs.enqueue: a live holder may finish between conflict and lookup
   for v_try in 1..2 loop
     with inserted as (
-      insert into jobs.jobs as j (
+      insert into jobs.jobs_live as j (
         id, name, queue, input, idempotency_key, tenant_id, run_id, state, priority,
         max_attempts, run_at, created_at, updated_at, traceparent, enqueued_by, concurrency_key,
         capped)
@@ -587,6 +599,22 @@ begin
     select coalesce(array_agg(inserted.id), '{}')
       into v_inserted
       from inserted;
+
+    -- a given id may name a finished job, which the primary key does not guard: as in
+    -- jobs.enqueue, asked after the insert, and such a row is taken back
+    if exists (select 1 from unnest(v_pending) r where r.id_supplied) then
+      with taken_back as (
+        delete from jobs.jobs_live j
+         where j.id = any(v_inserted)
+           and j.id in (select r.id from unnest(v_pending) r where r.id_supplied)
+           and exists (select 1 from jobs.jobs_history h where h.id = j.id)
+        returning j.id
+      )
+      select coalesce(array_agg(t.id), '{}') into v_taken_back from taken_back t;
+      if cardinality(v_taken_back) > 0 then
+        v_inserted := array(select i from unnest(v_inserted) i where not (i = any(v_taken_back)));
+      end if;
+    end if;
 
     -- every request made its own row (the usual batch): nothing was deduped, so no id was
     -- taken and no key held, and each request answers its row
@@ -630,7 +658,7 @@ begin
         -- per request: the calls cost more than a batch's insert
         left join lateral (
           select j.id, j.run_id
-            from jobs.jobs j
+            from jobs.jobs_live j
            where ins.id is null
              and by_id.id is null
              and j.name = r.name

@@ -1,7 +1,8 @@
 -- 030_claim: hand waiting jobs to a worker under a lease, re-take the rows of dead workers, and
 -- bury the rows whose lease lapsed on their final attempt.
 --
--- Tables: jobs.jobs (update), jobs.queue_pauses, jobs.declarations and jobs.limit_rules (read),
+-- Tables: jobs.jobs_live (update; a burial or a refusal moves the row to jobs.jobs_history),
+-- jobs.queue_pauses, jobs.declarations and jobs.limit_rules (read),
 -- jobs.limit_starts (a start under a rate is stamped), jobs.counter_buckets (a burial counts).
 -- Locks: job rows, each with `for update skip locked`, so claimers never wait for one another's
 -- rows (and the claiming backend's own counter shard). While any limit exists, also one
@@ -56,7 +57,7 @@ begin
     with candidates as materialized (
       select j.id, j.name, j.concurrency_key, j.queue, j.tenant_id,
              row_number() over (order by j.id)::integer as ord
-        from jobs.jobs j
+        from jobs.jobs_live j
        where j.id = any(_candidate_groups.ids)
     )
     select c.id,
@@ -98,7 +99,7 @@ begin
   return query
     with running as materialized (
       select r.name, r.concurrency_key, r.queue, r.tenant_id, count(*) as n
-        from jobs.jobs r
+        from jobs.jobs_live r
        where r.state = 'running'
          and r.capped
        group by r.name, r.concurrency_key, r.queue, r.tenant_id
@@ -204,7 +205,7 @@ begin
         from unnest(_capped_candidates.queues) as q(queue)
         cross join lateral (
           select j.id, j.priority, j.run_at
-            from jobs.jobs j
+            from jobs.jobs_live j
            where j.queue = q.queue
              and j.capped = true
              and j.state in ('ready', 'delayed', 'suspended')
@@ -317,7 +318,7 @@ begin
     from unnest(_claim_limited.queues) as q(queue)
     cross join lateral (
       select j.id
-        from jobs.jobs j
+        from jobs.jobs_live j
        where j.queue = q.queue
          and j.capped = false
          and j.state in ('ready', 'delayed', 'suspended')
@@ -330,7 +331,7 @@ begin
   -- an enqueue that read the limits before a change committed wrote its row uncapped after the
   -- change marked the live rows: such a row joins the capped ones (it is locked already)
   with stray as (
-    update jobs.jobs j
+    update jobs.jobs_live j
        set capped = true
      where j.id = any(v_free)
        and (exists (select 1
@@ -442,7 +443,7 @@ begin
              array_agg(g.stamp_tenant order by g.grp) filter (where g.grp is not null)
                as stamp_tenants,
              (array_agg(g.grp) filter (where g.when_busy = 'fail'))[1] as fail_group
-        from jobs.jobs j
+        from jobs.jobs_live j
         left join unnest(v_cg_ids, v_cg_grps, v_cg_caps, v_cg_rates, v_cg_busy, v_cg_rules,
                          v_cg_tenants)
                as g(id, grp, cap, rate, when_busy, rule_id, stamp_tenant)
@@ -487,7 +488,7 @@ begin
             -- another run, or an earlier candidate this claim admits
             and (coalesce((v_taken ->> v_cand.fail_group)::bigint, 0) > 0
                  or exists (select 1
-                              from jobs.jobs r
+                              from jobs.jobs_live r
                              where r.state = 'running'
                                and r.capped
                                and r.name = v_cand.name
@@ -499,22 +500,24 @@ begin
 
     if cardinality(v_refused) > 0 then
       return query
-        with refused as (
-          update jobs.jobs j
-             set state = 'failed',
-                 last_error = format('X_JOB_KEY_BUSY: key %s of job %s is held by another run',
-                                     j.concurrency_key, j.name),
-                 last_error_code = 'X_JOB_KEY_BUSY',
-                 last_error_stack = null,
-                 claimed_by = _claim_limited.worker_id,
-                 claimed_at = _claim_limited.now,
-                 lease_expires_at = null,
-                 finished_at = _claim_limited.now,
-                 updated_at = _claim_limited.now
+        with gone as (
+          delete from jobs.jobs_live j
            where j.id = any(v_refused)
-          returning j.id, j.run_id, j.name, j.queue, j.input, j.tenant_id, j.state, j.attempt,
-                    j.max_attempts, j.claims, j.priority, j.run_at, j.created_at,
-                    j.lease_expires_at, j.last_error, j.traceparent, j.enqueued_by, j.claimed_at
+          returning j
+        ),
+        refused as (
+          insert into jobs.jobs_history as h
+          select e.*
+            from gone g
+           cross join lateral jobs._ended(
+                   g.j, 'failed', _claim_limited.now,
+                   error => format('X_JOB_KEY_BUSY: key %s of job %s is held by another run',
+                                   (g.j).concurrency_key, (g.j).name),
+                   error_code => 'X_JOB_KEY_BUSY',
+                   claimed_by => _claim_limited.worker_id) e
+          returning h.id, h.run_id, h.name, h.queue, h.input, h.tenant_id, h.state, h.attempt,
+                    h.max_attempts, h.claims, h.priority, h.run_at, h.created_at,
+                    h.lease_expires_at, h.last_error, h.traceparent, h.enqueued_by, h.claimed_at
         ),
         -- a refusal ends the row, so it counts where a settle would: as failed
         counted as (
@@ -533,13 +536,13 @@ begin
   return query
     with chosen as materialized (
       select j.id
-        from jobs.jobs j
+        from jobs.jobs_live j
        where j.id = any(v_free || v_admitted)
        order by j.priority, j.run_at, j.id
        limit _claim_limited.room
     ),
     claimed as (
-      update jobs.jobs j
+      update jobs.jobs_live j
          set state = 'running',
              claimed_by = _claim_limited.worker_id,
              claimed_at = _claim_limited.now,
@@ -663,7 +666,7 @@ begin
     return query
       with lapsed as materialized (
         select j.id
-          from jobs.jobs j
+          from jobs.jobs_live j
          where j.state = 'running'
            and j.lease_expires_at <= v_now
            and j.queue = any(v_queues)
@@ -672,20 +675,23 @@ begin
          limit claim_v1.batch_size
            for update skip locked
       ),
-      buried as (
-        update jobs.jobs j
-           set state = case when j.name = any(drop_exhausted) then 'failed' else 'dead' end,
-               last_error = 'LEASE_LAPSED_FINAL_ATTEMPT',
-               last_error_code = null,
-               last_error_stack = null,
-               lease_expires_at = null,
-               finished_at = v_now,
-               updated_at = v_now
-          from lapsed
+      gone as (
+        delete from jobs.jobs_live j
+         using lapsed
          where j.id = lapsed.id
-        returning j.id, j.run_id, j.name, j.queue, j.input, j.tenant_id, j.state, j.attempt,
-                  j.max_attempts, j.claims, j.priority, j.run_at, j.created_at, j.lease_expires_at,
-                  j.last_error, j.traceparent, j.enqueued_by, j.claimed_at
+        returning j
+      ),
+      buried as (
+        insert into jobs.jobs_history as h
+        select e.*
+          from gone g
+         cross join lateral jobs._ended(
+                 g.j,
+                 case when (g.j).name = any(drop_exhausted) then 'failed' else 'dead' end,
+                 v_now, error => 'LEASE_LAPSED_FINAL_ATTEMPT') e
+        returning h.id, h.run_id, h.name, h.queue, h.input, h.tenant_id, h.state, h.attempt,
+                  h.max_attempts, h.claims, h.priority, h.run_at, h.created_at,
+                  h.lease_expires_at, h.last_error, h.traceparent, h.enqueued_by, h.claimed_at
       ),
       -- a burial ends the row, so it counts where a settle would
       counted as (
@@ -706,7 +712,7 @@ begin
     return query
       with lapsed as materialized (
         select j.id
-          from jobs.jobs j
+          from jobs.jobs_live j
          where j.state = 'running'
            and j.lease_expires_at <= v_now
            and j.queue = any(v_queues)
@@ -716,7 +722,7 @@ begin
            for update skip locked
       ),
       claimed as (
-        update jobs.jobs j
+        update jobs.jobs_live j
            set claimed_by = claim_v1.worker_id,
                claimed_at = v_now,
                lease_expires_at = v_now + claim_v1.visibility,
@@ -767,7 +773,7 @@ begin
         from unnest(v_queues) as q(queue)
         cross join lateral (
           select j.id, j.priority, j.run_at
-            from jobs.jobs j
+            from jobs.jobs_live j
            where j.queue = q.queue
              and j.capped = false
              and j.state in ('ready', 'delayed', 'suspended')
@@ -781,7 +787,7 @@ begin
     ),
     claimed as (
       -- by primary key: a join to `due` let the planner hash a scan of the whole table
-      update jobs.jobs j
+      update jobs.jobs_live j
          set state = 'running',
              claimed_by = claim_v1.worker_id,
              claimed_at = v_now,
@@ -826,7 +832,7 @@ begin
   end if;
   return query
     select j.id, j.claims
-      from jobs.jobs j
+      from jobs.jobs_live j
      where j.state = 'running'
        and j.claimed_by = worker_running_v1.worker_id;
 end;

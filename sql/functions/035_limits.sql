@@ -2,8 +2,8 @@
 -- concurrency a job declares and the limits of jobs.set_limit (the claim enforces them all:
 -- jobs._claim_limited in 030_claim).
 --
--- Tables: jobs.declarations, jobs.limit_rules, jobs.limit_starts, jobs.jobs (read: the live rows
--- of capped jobs only). Locks nothing.
+-- Tables: jobs.declarations, jobs.limit_rules, jobs.limit_starts, jobs.jobs_live (read: the live
+-- rows of capped jobs only). Locks nothing.
 
 create type jobs.limit_row as (
   -- 'job' (a declaration), 'fleet', 'queue', 'tenant' or 'every tenant' (a rule)
@@ -48,7 +48,7 @@ as $$
     select l.name, case when l.concurrency_keyed then j.concurrency_key end as group_key,
            j.state, j.run_at, j.claimed_by
       from declared l
-      join jobs.jobs j
+      join jobs.jobs_live j
         on j.name = l.name
        and j.capped
        and j.state in ('ready', 'delayed', 'running', 'suspended')
@@ -70,7 +70,7 @@ as $$
            count(*) as n,
            row_number() over (order by j.queue, j.tenant_id, j.state, j.run_at <= jobs._now(),
                                        j.claimed_by)::integer as ord
-      from jobs.jobs j
+      from jobs.jobs_live j
      where limits.name is null
        and j.capped
        and j.state in ('ready', 'delayed', 'running', 'suspended')

@@ -1,8 +1,9 @@
 -- 040_settle: end or renew an attempt: ack, nack, heartbeat and their batch forms.
 --
--- Tables: jobs.jobs (update), jobs.counter_buckets (every ack and counted nack adds to its job
--- name's counters in the settling statement). Locks: the settled row, and the settling backend's
--- own counter shard.
+-- Tables: jobs.jobs_live (update; a settle that ends the row moves it to jobs.jobs_history in the
+-- same statement), jobs.counter_buckets (every ack and counted nack adds to its job name's
+-- counters in the settling statement). Locks: the settled row, and the settling backend's own
+-- counter shard.
 -- Fence: every call matches only a row that is still 'running' under the caller's worker id AND
 -- claim token. 'running' lets a cancel stick (the cancelled body's ack matches nothing); the
 -- token stops a body whose lease lapsed from settling the attempt that replaced it, even one
@@ -50,17 +51,18 @@ declare
 begin
   perform jobs._check_fence('jobs.ack_v1', ack_v1.id, ack_v1.worker_id, ack_v1.claim);
   -- the counter moves in this statement, so it can never disagree with the rows
-  with settled as (
-    update jobs.jobs j
-       set state = 'done',
-           lease_expires_at = null,
-           finished_at = v_now,
-           updated_at = v_now
+  with gone as (
+    delete from jobs.jobs_live j
      where j.id = ack_v1.id
        and j.state = 'running'
        and j.claimed_by = ack_v1.worker_id
        and j.claims = ack_v1.claim
-    returning j.name, j.claimed_at
+    returning j
+  ),
+  settled as (
+    insert into jobs.jobs_history as h
+    select e.* from gone g cross join lateral jobs._ended(g.j, 'done', v_now) e
+    returning h.name, h.claimed_at
   ),
   counted as (
     select jobs._count_settled(v_now, array_agg(s.name), array_agg('done'::text),
@@ -109,7 +111,7 @@ begin
         from (select q.id, q.claim from requested q order by q.id) r
         cross join lateral (
           select j.id, j.state, j.claimed_by, j.claims
-            from jobs.jobs j
+            from jobs.jobs_live j
            where j.id = r.id
              -- no index reads these: only the owner's rows are locked, never a stranger's
              and j.claimed_by = ack_many_v1.worker_id
@@ -121,14 +123,29 @@ begin
          and l.claimed_by = ack_many_v1.worker_id
          and l.claims = r.claim
     ),
-    settled as (
-      update jobs.jobs j
-         set state = 'done',
-             lease_expires_at = null,
-             finished_at = v_now,
-             updated_at = v_now
+    gone as (
+      delete from jobs.jobs_live j
        where j.id = any(array(select h.id from held h))
-      returning j.id, j.claims, j.name, j.claimed_at
+      returning j.id, j.name, j.queue, j.input, j.idempotency_key, j.tenant_id, j.run_id,
+                j.priority, j.attempt, j.max_attempts, j.run_at, j.created_at, j.claimed_by,
+                j.claimed_at, j.claims, j.last_error, j.last_error_code, j.last_error_stack,
+                j.progress, j.traceparent, j.enqueued_by, j.concurrency_key, j.capped
+    ),
+    -- what jobs._ended makes of each row, spelled out: a call of it per row costs a third of
+    -- the ack
+    settled as (
+      insert into jobs.jobs_history_done as h (
+        id, name, queue, input, idempotency_key, tenant_id, run_id, state, priority, attempt,
+        max_attempts, run_at, created_at, updated_at, finished_at, claimed_by, claimed_at,
+        lease_expires_at, claims, last_error, last_error_code, last_error_stack, progress,
+        traceparent, enqueued_by, concurrency_key, capped)
+      select g.id, g.name, g.queue, g.input, g.idempotency_key, g.tenant_id, g.run_id, 'done',
+             g.priority, g.attempt, g.max_attempts, g.run_at, g.created_at, v_now, v_now,
+             g.claimed_by, g.claimed_at, null, g.claims, g.last_error, g.last_error_code,
+             g.last_error_stack, g.progress, g.traceparent, g.enqueued_by, g.concurrency_key,
+             g.capped
+        from gone g
+      returning h.id, h.claims, h.name, h.claimed_at
     ),
     counted as (
       select jobs._count_settled(v_now, array_agg(s.name), array_agg('done'::text),
@@ -170,6 +187,9 @@ set search_path = pg_catalog, pg_temp
 as $$
 declare
   v_now timestamptz := jobs._now();
+  v_held record;
+  v_state text;
+  v_counted integer;
   v_landed bigint;
 begin
   perform jobs._check_fence('jobs.nack_v1', nack_v1.id, nack_v1.worker_id, nack_v1.claim);
@@ -184,16 +204,50 @@ begin
     perform jobs._invalid('jobs.nack_v1', 'counts_as_attempt', 'must be true or false');
   end if;
 
+  select j.attempt, j.max_attempts
+    into v_held
+    from jobs.jobs_live j
+   where j.id = nack_v1.id
+     and j.state = 'running'
+     and j.claimed_by = nack_v1.worker_id
+     and j.claims = nack_v1.claim
+     for update;
+  if not found then
+    return false;
+  end if;
   -- the budget holds whatever the caller decided: a counted retry of the final attempt is the
   -- exhausted case, and it dead-letters rather than run past max_attempts
+  v_state := case when nack_v1.next_state = 'ready' and nack_v1.counts_as_attempt
+                       and v_held.attempt >= v_held.max_attempts then 'dead'
+                  else nack_v1.next_state end;
+
+  if v_state in ('dead', 'failed') then
+    -- the row ends: it moves to history
+    with gone as (
+      delete from jobs.jobs_live j
+       where j.id = nack_v1.id
+      returning j
+    ),
+    settled as (
+      insert into jobs.jobs_history as h
+      select e.*
+        from gone g
+       cross join lateral jobs._ended(g.j, v_state, v_now, nack_v1.error, nack_v1.error_code,
+                                      nack_v1.error_stack,
+                                      give_back_attempt => not nack_v1.counts_as_attempt) e
+      returning h.name, h.claimed_at
+    )
+    select jobs._count_settled(v_now, array_agg(s.name), array_agg(v_state),
+                               array_agg(s.claimed_at))
+      into v_counted
+      from settled s;
+    return true;
+  end if;
+
   with settled as (
-    update jobs.jobs j
-       set state = case when nack_v1.next_state = 'ready' and nack_v1.counts_as_attempt
-                             and j.attempt >= j.max_attempts then 'dead'
-                        else nack_v1.next_state end,
-           run_at = case when nack_v1.next_state in ('ready', 'suspended')
-                         then v_now + nack_v1.delay
-                         else j.run_at end,
+    update jobs.jobs_live j
+       set state = v_state,
+           run_at = v_now + nack_v1.delay,
            -- an uncounted attempt gives the claim's increment back, never below zero
            attempt = case when nack_v1.counts_as_attempt then j.attempt
                           else greatest(j.attempt - 1, 0) end,
@@ -203,31 +257,16 @@ begin
            last_error_stack = case when nack_v1.error is null then j.last_error_stack
                                    else nack_v1.error_stack end,
            lease_expires_at = null,
-           finished_at = case when nack_v1.next_state in ('dead', 'failed')
-                                or (nack_v1.next_state = 'ready' and nack_v1.counts_as_attempt
-                                    and j.attempt >= j.max_attempts)
-                              then v_now end,
            updated_at = v_now
      where j.id = nack_v1.id
-       and j.state = 'running'
-       and j.claimed_by = nack_v1.worker_id
-       and j.claims = nack_v1.claim
-    returning j.name, j.state, j.claimed_at
+    returning j.name, j.claimed_at
   ),
-  -- what the attempt adds to the counters: a shed, a park and an interrupted attempt add nothing
-  outcome as (
-    select s.name, s.claimed_at,
-           case when s.state = 'dead' then 'dead'
-                when s.state = 'failed' then 'failed'
-                when s.state = 'ready' and nack_v1.counts_as_attempt then 'retried'
-           end as counted
-      from settled s
-  ),
+  -- a shed, a park and an interrupted attempt add nothing to the counters; a counted retry does
   counted as (
-    select jobs._count_settled(v_now, array_agg(o.name), array_agg(o.counted),
-                               array_agg(o.claimed_at))
-      from outcome o
-     where o.counted is not null
+    select jobs._count_settled(v_now, array_agg(s.name), array_agg('retried'::text),
+                               array_agg(s.claimed_at))
+      from settled s
+     where v_state = 'ready' and nack_v1.counts_as_attempt
   )
   select count(*) into v_landed from settled, counted;
   return v_landed > 0;
@@ -333,7 +372,7 @@ begin
     perform jobs._invalid('jobs.heartbeat_v1', 'visibility', 'must be a positive interval');
   end if;
 
-  update jobs.jobs j
+  update jobs.jobs_live j
      set lease_expires_at = v_now + heartbeat_v1.visibility,
          updated_at = v_now
    where j.id = heartbeat_v1.id
@@ -347,7 +386,7 @@ begin
   -- a cancel keeps the token, so only the attempt that was running sees 'cancelled'
   select j.state
     into v_state
-    from jobs.jobs j
+    from jobs.jobs_history j
    where j.id = heartbeat_v1.id
      and j.claimed_by = heartbeat_v1.worker_id
      and j.claims = heartbeat_v1.claim;
@@ -410,7 +449,7 @@ begin
         from (select q.id, q.claim from requested q order by q.id) r
         cross join lateral (
           select j.id, j.state, j.claimed_by, j.claims
-            from jobs.jobs j
+            from jobs.jobs_live j
            where j.id = r.id
              and j.claimed_by = heartbeat_many_v1.worker_id
              and j.claims = r.claim
@@ -420,7 +459,7 @@ begin
        where l.state = 'running'
     ),
     renewed as (
-      update jobs.jobs j
+      update jobs.jobs_live j
          set lease_expires_at = v_now + heartbeat_many_v1.visibility,
              updated_at = v_now
        where j.id = any(array(select h.id from held h))
@@ -430,7 +469,7 @@ begin
            case when n.id is not null then 'ok'
                 -- a cancel keeps the token, so only the attempt that was running sees it
                 when (select j.state
-                        from jobs.jobs j
+                        from jobs.jobs_history j
                        where j.id = r.id
                          and j.claimed_by = heartbeat_many_v1.worker_id
                          and j.claims = r.claim) = 'cancelled' then 'cancelled'

@@ -1,7 +1,8 @@
 -- 050_steps: durable step checkpoints, keyed by run, so a later attempt replays a step's stored
 -- result instead of running it again.
 --
--- Tables: jobs.steps (insert, update, read), jobs.jobs (read, share lock).
+-- Tables: jobs.steps (insert, update, read), jobs.jobs_live (read, share lock), jobs.jobs_history
+-- (read: a cancelled row).
 -- Lock order: the job row (for share, so no cancel or settle slips between the fence and the
 -- write), then the step row.
 
@@ -78,9 +79,17 @@ begin
 
   select j.run_id, j.state, j.claimed_by, j.claims
     into v_job
-    from jobs.jobs j
+    from jobs.jobs_live j
    where j.id = record_step_v1.id
      for share;
+  if not found then
+    -- a finished row: a cancel of this very attempt is told apart from a lost lease
+    select j.run_id, j.state, j.claimed_by, j.claims
+      into v_job
+      from jobs.jobs_history j
+     where j.id = record_step_v1.id
+       and j.state = 'cancelled';
+  end if;
   if found
      and v_job.state = 'cancelled'
      and v_job.claimed_by = record_step_v1.worker_id

@@ -1,12 +1,12 @@
 -- 060_stats: what each queue holds, for dashboards, metrics and autoscalers.
 --
--- Tables: jobs.jobs, jobs.queue_pauses (read). Locks nothing.
+-- Tables: jobs.jobs_live, jobs.jobs_history_ended, jobs.queue_pauses (read). Locks nothing.
 
 -- dead rows of a queue, for its dead count: the other counted states have their index already
 -- (jobs_claim_idx, jobs_lease_idx), so the stats read no finished row. Rows enter it only as
 -- they die, so the hot path never pays for it.
 create index jobs_dead_idx
-  on jobs.jobs (queue)
+  on jobs.jobs_history_ended (queue)
   where state = 'dead';
 
 create type jobs.queue_stat as (
@@ -46,17 +46,17 @@ begin
       -- one branch per partial index: waiting (jobs_claim_idx), running (jobs_lease_idx) and
       -- dead (jobs_dead_idx); one scan over all five states would read the finished rows too
       select j.queue, j.state, j.run_at
-        from jobs.jobs j
+        from jobs.jobs_live j
        where j.state in ('ready', 'delayed', 'suspended')
          and (queue_stats.queues is null or j.queue = any(queue_stats.queues))
       union all
       select j.queue, j.state, j.run_at
-        from jobs.jobs j
+        from jobs.jobs_live j
        where j.state = 'running'
          and (queue_stats.queues is null or j.queue = any(queue_stats.queues))
       union all
       select j.queue, j.state, j.run_at
-        from jobs.jobs j
+        from jobs.jobs_history_ended j
        where j.state = 'dead'
          and (queue_stats.queues is null or j.queue = any(queue_stats.queues))
     ),

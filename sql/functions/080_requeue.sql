@@ -1,6 +1,36 @@
 -- 080_requeue: run a finished job again, keeping its run, so completed steps replay.
 --
--- Tables: jobs.jobs (update), jobs.steps (delete). Lock order: the job row, then its steps.
+-- Tables: jobs.jobs_history (the row leaves), jobs.jobs_live (it comes back), jobs.steps
+-- (delete). Lock order: the job row, then its steps.
+
+-- jobs._revived: the live row a finished row becomes when it is requeued at `now`: ready and due
+-- now, attempt 0, no last error, no lease, not finished, its capped flag as the limits say now.
+-- Its claim count is kept, so a token from before the requeue cannot settle the new attempt.
+-- Answers a jobs.jobs_live row. Raises nothing. Locks nothing.
+create function jobs._revived(h jobs.jobs_history, now timestamptz)
+returns jobs.jobs_live
+language sql
+stable
+set search_path = pg_catalog, pg_temp
+as $$
+  select row(
+    h.id, h.name, h.queue, h.input, h.idempotency_key, h.tenant_id, h.run_id,
+    'ready', h.priority,
+    0,           -- attempt
+    h.max_attempts,
+    _revived.now,  -- run_at
+    h.created_at,
+    _revived.now,  -- updated_at
+    null,        -- finished_at
+    h.claimed_by, h.claimed_at,
+    null,        -- lease_expires_at
+    h.claims,
+    null, null, null,  -- last_error, last_error_code, last_error_stack
+    h.progress, h.traceparent, h.enqueued_by, h.concurrency_key,
+    -- the limits may have changed since the row was live
+    jobs._capped(h.name, h.queue, h.tenant_id)
+  )::jobs.jobs_live
+$$;
 
 -- jobs.requeue: move a finished job (done, failed, dead, cancelled) back to 'ready', due now,
 -- with attempt 0 and no last error. Its claim token is kept, never reset, so a token from
@@ -20,6 +50,7 @@ as $$
 declare
   v_now timestamptz := jobs._now();
   v_job record;
+  v_live text;
   v_holder jobs.enqueue_result;
   v_from timestamptz;
 begin
@@ -27,20 +58,27 @@ begin
     perform jobs._invalid('jobs.requeue', 'id', 'must be a job id');
   end if;
 
-  select j.id, j.name, j.queue, j.state, j.tenant_id, j.idempotency_key, j.run_id
-    into v_job
-    from jobs.jobs j
-   where j.id = requeue.id
-     for update;
-  if not found then
-    perform jobs._raise('X_JOB_NOT_FOUND', format('no job has id %s', requeue.id),
-                        jsonb_build_object('id', requeue.id));
+  select j.state into v_live from jobs.jobs_live j where j.id = requeue.id;
+  if v_live is null then
+    select j.id, j.name, j.queue, j.state, j.tenant_id, j.idempotency_key, j.run_id
+      into v_job
+      from jobs.jobs_history j
+     where j.id = requeue.id
+       for update;
+    if not found then
+      -- a requeue that committed while this one waited for the row's lock moved it back
+      select j.state into v_live from jobs.jobs_live j where j.id = requeue.id;
+      if v_live is null then
+        perform jobs._raise('X_JOB_NOT_FOUND', format('no job has id %s', requeue.id),
+                            jsonb_build_object('id', requeue.id));
+      end if;
+    end if;
   end if;
-  if v_job.state not in ('done', 'failed', 'dead', 'cancelled') then
+  if v_live is not null then
     perform jobs._raise(
       'X_JOB_NOT_REQUEUEABLE',
-      format('job %s is %s; only a finished job can be requeued', requeue.id, v_job.state),
-      jsonb_build_object('id', requeue.id, 'state', v_job.state));
+      format('job %s is %s; only a finished job can be requeued', requeue.id, v_live),
+      jsonb_build_object('id', requeue.id, 'state', v_live));
   end if;
 
   v_holder := jobs._find_live(v_job.name, v_job.tenant_id, v_job.idempotency_key);
@@ -71,20 +109,14 @@ begin
        where requeue.from_step is not null
          and s.run_id = v_job.run_id
          and (s.name = requeue.from_step or s.started_at >= v_from)
+    ),
+    gone as (
+      delete from jobs.jobs_history j
+       where j.id = requeue.id
+      returning j
     )
-    update jobs.jobs j
-       set state = 'ready',
-           run_at = v_now,
-           -- the limits may have changed since the row was live
-           capped = jobs._capped(j.name, j.queue, j.tenant_id),
-           attempt = 0,
-           last_error = null,
-           last_error_code = null,
-           last_error_stack = null,
-           lease_expires_at = null,
-           finished_at = null,
-           updated_at = v_now
-     where j.id = requeue.id;
+    insert into jobs.jobs_live
+    select e.* from gone g cross join lateral jobs._revived(g.j, v_now) e;
   exception
     when unique_violation then
       -- a live twin committed between the check and the update

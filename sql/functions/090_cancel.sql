@@ -2,7 +2,7 @@
 -- claimed_by and claim token, so its worker's next heartbeat answers 'cancelled' and its late
 -- ack, nack or step write matches nothing: the row stays cancelled.
 --
--- Tables: jobs.jobs (update). Locks: the job row.
+-- Tables: jobs.jobs_live (the row leaves), jobs.jobs_history (it ends there). Locks: the job row.
 
 -- jobs.cancel: cancel a live job (ready, delayed, running, suspended).
 -- Arguments: id; reason (optional, kept in last_error).
@@ -22,21 +22,22 @@ begin
     perform jobs._invalid('jobs.cancel', 'id', 'must be a job id');
   end if;
 
-  update jobs.jobs j
-     set state = 'cancelled',
-         last_error = 'cancelled' || coalesce(': ' || cancel.reason, ''),
-         last_error_code = 'X_JOB_CANCELLED',
-         last_error_stack = null,
-         lease_expires_at = null,
-         finished_at = v_now,
-         updated_at = v_now
-   where j.id = cancel.id
-     and j.state in ('ready', 'delayed', 'running', 'suspended');
+  with gone as (
+    delete from jobs.jobs_live j
+     where j.id = cancel.id
+    returning j
+  )
+  insert into jobs.jobs_history
+  select e.*
+    from gone g
+   cross join lateral jobs._ended(g.j, 'cancelled', v_now,
+                                  error => 'cancelled' || coalesce(': ' || cancel.reason, ''),
+                                  error_code => 'X_JOB_CANCELLED') e;
   if found then
     return true;
   end if;
 
-  select j.state into v_state from jobs.jobs j where j.id = cancel.id;
+  select j.state into v_state from jobs.jobs_history j where j.id = cancel.id;
   perform jobs._raise(
     'X_JOB_NOT_CANCELLABLE',
     case when v_state is null then format('no job has id %s', cancel.id)

@@ -4,7 +4,8 @@
 -- One clock: events and waits are stamped with the database's time (jobs._now()), so a worker
 -- whose clock runs ahead can neither miss an event nor time out early.
 --
--- Tables: jobs.events (insert, read), jobs.steps (read), jobs.jobs (update run_at of waiters).
+-- Tables: jobs.events (insert, read), jobs.steps (read), jobs.jobs_live (update run_at of
+-- waiters).
 -- Lock order: job rows (the waiters), as everywhere.
 
 create table jobs.events (
@@ -67,7 +68,7 @@ begin
   -- their queues' workers are woken (once per queue)
   for v_queue in
     with woken as (
-      update jobs.jobs j
+      update jobs.jobs_live j
          set run_at = v_now,
              updated_at = v_now
        where j.state = 'suspended'

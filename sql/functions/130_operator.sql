@@ -1,9 +1,10 @@
 -- 130_operator: what an operator does to jobs: list them a page at a time, remove one, promote a
 -- waiting one to now, and the bulk forms of requeue, remove and promote.
 --
--- Tables: jobs.jobs (read, update, delete), jobs.steps (delete). Lock order: job rows, then
--- their steps. Bulk calls touch at most 1,000 rows and answer (affected, remaining), so
--- "call until zero" ends.
+-- Tables: jobs.jobs (read: both job tables as one), jobs.jobs_live and jobs.jobs_history
+-- (update, delete, and a requeue's move from history back to live), jobs.steps (delete). Lock
+-- order: job rows, then their steps. Bulk calls touch at most 1,000 rows and answer (affected,
+-- remaining), so "call until zero" ends.
 
 create type jobs.job_summary as (
   id uuid,
@@ -29,8 +30,9 @@ create type jobs.bulk_result as (
 );
 
 -- jobs._listed_queues: the queues jobs.list_jobs reads: `queue` when given, else every queue
--- name in jobs.jobs, each found with one descent of jobs_queue_created_idx (the next name after
--- the last), not by reading the rows. Answers setof text, in name order. Raises nothing.
+-- name in jobs.jobs, each found with one descent of each table's (queue, created_at, id) index
+-- (the next name after the last), not by reading the rows. Answers setof text, in name order.
+-- Raises nothing.
 create function jobs._listed_queues(queue text)
 returns setof text
 language sql
@@ -191,17 +193,21 @@ as $$
 declare
   v_job record;
 begin
-  select j.state, j.run_id into v_job from jobs.jobs j where j.id = remove.id for update;
-  if not found then
-    perform jobs._raise('X_JOB_NOT_FOUND', format('no job has id %s', remove.id),
-                        jsonb_build_object('id', remove.id));
+  select j.state, j.run_id into v_job from jobs.jobs_live j where j.id = remove.id for update;
+  if found then
+    if v_job.state = 'running' then
+      perform jobs._raise('X_JOB_NOT_REMOVABLE',
+                          format('job %s is running; cancel it first', remove.id),
+                          jsonb_build_object('id', remove.id, 'state', v_job.state));
+    end if;
+    delete from jobs.jobs_live j where j.id = remove.id;
+  else
+    delete from jobs.jobs_history j where j.id = remove.id returning j.run_id into v_job;
+    if not found then
+      perform jobs._raise('X_JOB_NOT_FOUND', format('no job has id %s', remove.id),
+                          jsonb_build_object('id', remove.id));
+    end if;
   end if;
-  if v_job.state = 'running' then
-    perform jobs._raise('X_JOB_NOT_REMOVABLE',
-                        format('job %s is running; cancel it first', remove.id),
-                        jsonb_build_object('id', remove.id, 'state', v_job.state));
-  end if;
-  delete from jobs.jobs j where j.id = remove.id;
   if not jobs._run_stands(v_job.run_id) then
     delete from jobs.steps s where s.run_id = v_job.run_id;
   end if;
@@ -224,7 +230,7 @@ declare
   v_queue text;
   v_state text;
 begin
-  update jobs.jobs j
+  update jobs.jobs_live j
      set state = 'ready',
          run_at = v_now,
          updated_at = v_now
@@ -297,14 +303,14 @@ begin
   with movable as materialized (
     -- of several finished rows sharing a key, the oldest; none whose key a live job holds
     select distinct on (j.name, coalesce(j.tenant_id, ''), j.idempotency_key) j.id
-      from jobs.jobs j
+      from jobs.jobs_history j
      where j.state = requeue_many.state
        and (requeue_many.queue is null or j.queue = requeue_many.queue)
        and (requeue_many.name is null or j.name = requeue_many.name)
        and (requeue_many.tenant_id is null or j.tenant_id = requeue_many.tenant_id)
        and not exists (
              select 1
-               from jobs.jobs live
+               from jobs.jobs_live live
               where live.name = j.name
                 and coalesce(live.tenant_id, '') = coalesce(j.tenant_id, '')
                 and live.idempotency_key = j.idempotency_key
@@ -315,23 +321,24 @@ begin
     -- the state again, under the lock: a row another session moved on since `movable` was read
     -- (requeued and claimed, say) is read anew here, and a lock by id alone would take it
     select j.id
-      from jobs.jobs j
+      from jobs.jobs_history j
       join movable m on m.id = j.id
      where j.state = requeue_many.state
      order by j.created_at, j.id
      limit 1000
        for update of j skip locked
   ),
+  gone as (
+    -- by id, as jobs.remove_many deletes
+    delete from jobs.jobs_history j
+     where j.id = any(array(select b.id from batch b))
+       and j.state = requeue_many.state
+    returning j
+  ),
   moved as (
-    update jobs.jobs j
-       set state = 'ready', run_at = v_now, attempt = 0, last_error = null,
-           last_error_code = null, last_error_stack = null, lease_expires_at = null,
-           finished_at = null, updated_at = v_now,
-           -- the limits may have changed since the row was live
-           capped = jobs._capped(j.name, j.queue, j.tenant_id)
-      from batch b
-     where j.id = b.id
-    returning j.queue
+    insert into jobs.jobs_live as l
+    select e.* from gone g cross join lateral jobs._revived(g.j, v_now) e
+    returning l.queue
   )
   select (select count(*) from movable), count(*), coalesce(array_agg(distinct m.queue), '{}')
     into v_movable, v_affected, v_queues
@@ -364,6 +371,7 @@ volatile
 set search_path = pg_catalog, pg_temp
 as $$
 declare
+  v_table text;
   v_affected integer;
   v_remaining bigint;
   v_runs uuid[];
@@ -371,39 +379,50 @@ begin
   perform jobs._bulk_check('jobs.remove_many', remove_many.state,
                            array['ready', 'delayed', 'suspended', 'done', 'failed', 'dead',
                                  'cancelled']);
-  with batch as materialized (
-    -- in no particular order: every row of the state goes, and no index orders the table by age
-    -- (an order by age would sort the whole state before the first row is locked)
-    select j.id
-      from jobs.jobs j
-     where j.state = remove_many.state
-       and (remove_many.queue is null or j.queue = remove_many.queue)
-       and (remove_many.name is null or j.name = remove_many.name)
-       and (remove_many.tenant_id is null or j.tenant_id = remove_many.tenant_id)
-     limit 1000
-       for update skip locked
-  ),
-  removed as (
-    delete from jobs.jobs j
-     using batch b
-     where j.id = b.id
-    returning j.run_id
-  )
-  select count(*), coalesce(array_agg(distinct r.run_id), '{}')
+  -- a state lives in one table, and the statements are the same for both
+  v_table := case when remove_many.state in ('ready', 'delayed', 'suspended') then 'jobs.jobs_live'
+                  else 'jobs.jobs_history' end;
+  execute format($sql$
+    with batch as materialized (
+      -- in no particular order: every row of the state goes, and no index orders the table by
+      -- age (an order by age would sort the whole state before the first row is locked)
+      select j.id
+        from %1$s j
+       where j.state = $1
+         and ($2 is null or j.queue = $2)
+         and ($3 is null or j.name = $3)
+         and ($4 is null or j.tenant_id = $4)
+       limit 1000
+         for update skip locked
+    ),
+    removed as (
+      -- by id, and the state, so only the state's partitions are probed: a join to `batch` let
+      -- the planner hash a scan of every partition
+      delete from %1$s j
+       where j.id = any(array(select b.id from batch b))
+         and j.state = $1
+      returning j.run_id
+    )
+    select count(*), coalesce(array_agg(distinct r.run_id), '{}')
+      from removed r
+    $sql$, v_table)
     into v_affected, v_runs
-    from removed r;
+    using remove_many.state, remove_many.queue, remove_many.name, remove_many.tenant_id;
 
   delete from jobs.steps s
    where s.run_id = any(v_runs)
      and not jobs._run_stands(s.run_id);
 
-  select count(*)
+  execute format($sql$
+    select count(*)
+      from %s j
+     where j.state = $1
+       and ($2 is null or j.queue = $2)
+       and ($3 is null or j.name = $3)
+       and ($4 is null or j.tenant_id = $4)
+    $sql$, v_table)
     into v_remaining
-    from jobs.jobs j
-   where j.state = remove_many.state
-     and (remove_many.queue is null or j.queue = remove_many.queue)
-     and (remove_many.name is null or j.name = remove_many.name)
-     and (remove_many.tenant_id is null or j.tenant_id = remove_many.tenant_id);
+    using remove_many.state, remove_many.queue, remove_many.name, remove_many.tenant_id;
   return (v_affected, v_remaining)::jobs.bulk_result;
 end;
 $$;
@@ -433,7 +452,7 @@ begin
   perform jobs._bulk_check('jobs.promote_many', promote_many.state, array['delayed', 'ready']);
   with batch as materialized (
     select j.id
-      from jobs.jobs j
+      from jobs.jobs_live j
      where j.state = promote_many.state
        and j.run_at > v_now
        and (promote_many.queue is null or j.queue = promote_many.queue)
@@ -444,7 +463,7 @@ begin
        for update skip locked
   ),
   moved as (
-    update jobs.jobs j
+    update jobs.jobs_live j
        set state = 'ready', run_at = v_now, updated_at = v_now
       from batch b
      where j.id = b.id

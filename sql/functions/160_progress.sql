@@ -1,8 +1,8 @@
 -- 160_progress: how far a running attempt has got, as its body reports it.
 --
--- Tables: jobs.jobs (update of progress). Locks: the reported row. Fenced like a heartbeat, so a
--- body whose lease lapsed cannot report on the attempt that replaced it. The worker throttles the
--- calls (at most one a second per run, plus the last before the settle).
+-- Tables: jobs.jobs_live (update of progress). Locks: the reported row. Fenced like a heartbeat,
+-- so a body whose lease lapsed cannot report on the attempt that replaced it. The worker
+-- throttles the calls (at most one a second per run, plus the last before the settle).
 
 -- jobs.progress_v1: record a running attempt's progress.
 -- Arguments: id, worker_id, claim (the attempt's fence), done (at least 0), total (NULL when
@@ -39,7 +39,7 @@ begin
     perform jobs._invalid('jobs.progress_v1', 'note', 'must be at most 1,000 characters');
   end if;
 
-  update jobs.jobs j
+  update jobs.jobs_live j
      set progress = jsonb_build_object('done', progress_v1.done, 'total', progress_v1.total,
                                        'note', progress_v1.note, 'at', v_now)
    where j.id = progress_v1.id

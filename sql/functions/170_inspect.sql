@@ -1,7 +1,7 @@
 -- 170_inspect: one job in full, and the queue depth an autoscaler scales on.
 --
--- Tables: jobs.jobs, jobs.steps, jobs.queue_pauses, jobs.workers, jobs.declarations,
--- jobs.limit_rules, jobs.limit_starts (read).
+-- Tables: jobs.jobs (both job tables), jobs.jobs_live, jobs.steps, jobs.queue_pauses,
+-- jobs.workers, jobs.declarations, jobs.limit_rules, jobs.limit_starts (read).
 -- Locks nothing.
 
 -- jobs.inspect_job: everything stored about one job, as one JSON document.
@@ -65,7 +65,7 @@ begin
         from jobs.declarations d
         cross join lateral (
           select count(*) as n
-            from jobs.jobs r
+            from jobs.jobs_live r
            where r.state = 'running'
              and r.capped
              and r.name = d.name
@@ -128,7 +128,7 @@ as $$
                         where w.id = j.claimed_by
                           and w.draining_at is not null
                           and w.expires_at > (select c.now from clock c)) as held_by_draining
-      from jobs.jobs j
+      from jobs.jobs_live j
      where j.state in ('ready', 'delayed', 'suspended', 'running')
        and (queue_depth.queues is null or j.queue = any(queue_depth.queues))
        and not exists (select 1 from jobs.queue_pauses p where p.queue = j.queue)

@@ -1,52 +1,64 @@
--- 190_purge: retention. What has outlived its window is deleted a bounded batch a call, so the
--- tables stop growing with history: finished jobs, the steps of runs no row is left of,
--- published outbox rows and expired events.
+-- 190_purge: retention. What has outlived its window goes, so the tables stop growing with
+-- history: finished jobs (a day partition of done rows dropped whole, the rest deleted a bounded
+-- batch a call), the steps of runs no row is left of, published outbox rows and expired events.
 --
--- Tables: jobs.jobs, jobs.steps, jobs.outbox, jobs.events (delete). Also here: how a run's rows
--- are found (jobs_run_shared_idx, jobs._run_stands, used by jobs.remove and jobs.remove_many
--- too); the default run_id of jobs.enqueue, jobs.enqueue_many and jobs.outbox_stage is the
--- job's own id, which keeps that index small (the functions themselves stay in their files).
--- Lock order: job rows (skip locked), then their runs' steps, then outbox rows (skip locked),
--- then events (skip locked).
+-- Tables: jobs.jobs_history (drop of day partitions, delete), jobs.steps, jobs.outbox,
+-- jobs.events (delete). Also here: how a run's rows are found (the run_shared indexes,
+-- jobs._run_stands, used by jobs.remove and jobs.remove_many too); the default run_id of
+-- jobs.enqueue, jobs.enqueue_many and jobs.outbox_stage is the job's own id, which keeps those
+-- indexes small (the functions themselves stay in their files).
+-- Lock order: a day partition (its drop waits at most 2 s for the table's lock, else it is left
+-- for the next call), then job rows (skip locked), then their runs' steps, then outbox rows
+-- (skip locked), then events (skip locked).
 -- Calls are serialised by a transaction-scoped advisory lock: two purges splitting one run
 -- between them would each see the other's row still standing and leave the run's steps behind.
 -- One clock reading a call (jobs._now()).
 
--- the finished rows by age, one index per window: with one index for both, every call would walk
--- the whole band of failed and dead rows kept for 90 days before reaching the done rows that
--- came of age. A finished row is in exactly one of them, so an ack adds one index entry.
+-- the finished rows by age that are deleted row by row: the done rows that landed in the default
+-- partition (they finished on a day with no partition of its own) and the ended rows. A day
+-- partition needs no such index: it goes whole.
 create index jobs_done_idx
-  on jobs.jobs (finished_at)
-  where state = 'done';
+  on jobs.jobs_history_done_default (finished_at);
 
 create index jobs_ended_idx
-  on jobs.jobs (finished_at)
-  where state in ('failed', 'dead', 'cancelled');
+  on jobs.jobs_history_ended (finished_at);
 
--- the jobs that continue another job's run. A job enqueued without a run_id has its own id as
--- run_id, so a run's rows are the row whose id is the run's plus the rows of this index: whether
--- a run has a row left is two index probes, not a read of the table. A job enters it only when
--- enqueued with another's run_id.
+-- the jobs that continue another job's run, in each table. A job enqueued without a run_id has
+-- its own id as run_id, so a run's rows are the row whose id is the run's plus the rows of these
+-- indexes: whether a run has a row left is four index probes, not a read of the tables. A job
+-- enters them only when enqueued with another's run_id.
 create index jobs_run_shared_idx
-  on jobs.jobs (run_id)
+  on jobs.jobs_live (run_id)
   where run_id <> id;
 
--- jobs._run_stands: whether a job row of the run is left: the row whose id is the run's (a job
--- enqueued without a run_id), or one continuing the run (jobs_run_shared_idx, its predicate
--- spelled out so the planner can prove it). Two index probes.
+create index jobs_history_run_shared_idx
+  on jobs.jobs_history (run_id)
+  where run_id <> id;
+
+-- jobs._run_stands: whether a job row of the run is left, live or finished: the row whose id is
+-- the run's (a job enqueued without a run_id), or one continuing the run (the run_shared
+-- indexes, their predicate spelled out so the planner can prove it). Index probes only.
 -- Answers boolean. Raises nothing. Locks nothing.
 create function jobs._run_stands(run_id uuid)
 returns boolean
-language sql
+language plpgsql
 stable
 set search_path = pg_catalog, pg_temp
 as $$
-  select exists (
-           select 1 from jobs.jobs j where j.id = _run_stands.run_id and j.run_id = j.id
-         )
-      or exists (
-           select 1 from jobs.jobs j where j.run_id = _run_stands.run_id and j.run_id <> j.id
-         )
+begin
+  -- PL/pgSQL, one probe a statement: inlined into a caller's delete, the four tests became a
+  -- hashed subplan that read every finished row once per call
+  return exists (select 1 from jobs.jobs_live j where j.id = _run_stands.run_id and j.run_id = j.id)
+      or exists (select 1
+                   from jobs.jobs_live j
+                  where j.run_id = _run_stands.run_id and j.run_id <> j.id)
+      or exists (select 1
+                   from jobs.jobs_history j
+                  where j.id = _run_stands.run_id and j.run_id = j.id)
+      or exists (select 1
+                   from jobs.jobs_history j
+                  where j.run_id = _run_stands.run_id and j.run_id <> j.id);
+end;
 $$;
 
 -- jobs._outbox_awaits: whether an unpublished outbox row of this database names the job id: its
@@ -71,16 +83,85 @@ create type jobs.purge_result as (
   events integer
 );
 
--- jobs.purge: delete, a batch each, done jobs finished more than done_after ago; failed, dead
--- and cancelled jobs finished more than ended_after ago; the steps of the runs whose last row
--- went; outbox rows published more than published_after ago; events past their expiry.
+-- jobs._drop_day: end one day partition of done rows that has outlived its window: drop it
+-- with the steps of the runs it ends; or, while an unpublished outbox row names a job in it
+-- (that job must stay), delete up to batch_size of its other rows instead. Waits at most 2 s for
+-- the table's lock: a drop must not stall the acks behind a long reader (it is then left for
+-- the next call). Answers how many jobs and steps went. Raises nothing. Locks the partition
+-- and jobs.jobs_history_done for a drop; the rows it deletes otherwise (skip locked).
+create function jobs._drop_day(
+  partition_name text,
+  batch_size integer,
+  out dropped_jobs integer,
+  out dropped_steps integer
+)
+language plpgsql
+volatile
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+  v_runs uuid[];
+  v_count integer;
+  v_awaited boolean;
+  v_timeout text := current_setting('lock_timeout');
+begin
+  dropped_jobs := 0;
+  dropped_steps := 0;
+  execute format('select exists (select 1 from jobs.outbox o '
+                 'where o.published_at is null '
+                 'and exists (select 1 from jobs.%I p where p.id = o.id))', partition_name)
+     into v_awaited;
+  if v_awaited then
+    execute format('with gone as ('
+                   '  delete from jobs.%1$I p'
+                   '   where p.ctid in (select q.ctid from jobs.%1$I q'
+                   '                     where not jobs._outbox_awaits(q.id)'
+                   '                     limit $1 for update skip locked)'
+                   '  returning p.run_id) '
+                   'select count(*)::integer, coalesce(array_agg(distinct g.run_id), ''{}'') '
+                   '  from gone g', partition_name)
+       into v_count, v_runs
+      using batch_size;
+  else
+    execute format('select count(*)::integer, coalesce(array_agg(distinct p.run_id) filter ('
+                   'where exists (select 1 from jobs.steps s where s.run_id = p.run_id)), '
+                   '''{}'') from jobs.%I p', partition_name)
+       into v_count, v_runs;
+    begin
+      perform set_config('lock_timeout', '2s', true);
+      execute format('drop table jobs.%I', partition_name);
+      perform set_config('lock_timeout', v_timeout, true);
+    exception
+      when lock_not_available then
+        perform set_config('lock_timeout', v_timeout, true);
+        return;
+    end;
+  end if;
+  dropped_jobs := v_count;
+  with gone as (
+    delete from jobs.steps s
+     where s.run_id = any(v_runs)
+       and not jobs._run_stands(s.run_id)
+    returning 1
+  )
+  select count(*) into dropped_steps from gone;
+end;
+$$;
+
+-- jobs.purge: delete done jobs finished more than done_after ago (a day partition dropped whole
+-- once the day's end is that old, at most one a call, and a batch of the default partition's
+-- rows); failed, dead and cancelled jobs
+-- finished more than ended_after ago (a batch); the steps of the runs whose last row went;
+-- outbox rows published more than published_after ago; events past their expiry. Also makes
+-- the day partitions of the next days (jobs.prepare_history).
 -- Never a live job (ready, delayed, running, suspended), never an unpublished outbox row, and
 -- never a finished job that an unpublished outbox row of this database names (its relay
 -- published it and stopped before marking the row: the job must stay to meet the next publish,
 -- or it would run again).
 -- Arguments: done_after (default 14 days), ended_after (90 days), published_after (7 days),
--- batch_size (1..10000, default 1000: at most that many jobs of each window, outbox rows and
--- events a call). Answers (jobs, steps, outbox, events) deleted; call again until all are 0.
+-- batch_size (1..10000, default 1000: at most that many rows of each window, outbox rows and
+-- events a call, besides a dropped day). Answers (jobs, steps, outbox, events) deleted; call
+-- again until all are 0.
 -- Raises X_ARGUMENT_INVALID. Locks: see the file's head.
 create function jobs.purge(
   done_after interval default interval '14 days',
@@ -95,11 +176,13 @@ set search_path = pg_catalog, pg_temp
 as $$
 declare
   v_now timestamptz := jobs._now();
-  v_jobs integer;
+  v_jobs integer := 0;
+  v_rows integer;
   v_steps integer := 0;
   v_outbox integer;
   v_events integer;
   v_runs uuid[];
+  v_day text;
 begin
   if done_after is null or done_after < interval '0' then
     perform jobs._invalid('jobs.purge', 'done_after', 'must be an interval of 0 or more');
@@ -115,46 +198,71 @@ begin
   end if;
 
   perform pg_advisory_xact_lock(hashtext('jobs.purge'));
+  perform jobs.prepare_history();
 
-  -- each window in its own subquery, so each walks its own partial index oldest first
-  with batch as materialized (
-    select d.id
-      from (select j.id
-              from jobs.jobs j
-             where j.state = 'done'
-               and j.finished_at < v_now - purge.done_after
-               and not jobs._outbox_awaits(j.id)
-             order by j.finished_at
-             limit purge.batch_size
-               for update skip locked) d
-    union all
-    select e.id
-      from (select j.id
-              from jobs.jobs j
-             where j.state in ('failed', 'dead', 'cancelled')
-               and j.finished_at < v_now - purge.ended_after
-               and not jobs._outbox_awaits(j.id)
-             order by j.finished_at
-             limit purge.batch_size
-               for update skip locked) e
+  -- the oldest day partition whose whole day is past the window, by the day in its name
+  for v_day in
+    select c.relname
+      from pg_inherits i
+      join pg_class c on c.oid = i.inhrelid
+     where i.inhparent = 'jobs.jobs_history_done'::regclass
+       and c.relname ~ '^jobs_history_done_p[0-9]{8}$'
+       and (to_date(right(c.relname, 8), 'YYYYMMDD')::timestamp at time zone 'UTC')
+             + interval '1 day' <= v_now - purge.done_after
+     order by c.relname
+  loop
+    select d.dropped_jobs, d.dropped_steps
+      into v_rows, v_steps
+      from jobs._drop_day(v_day, purge.batch_size) d;
+    v_jobs := v_jobs + v_rows;
+    exit when v_rows > 0;
+  end loop;
+
+  -- each window in its own statement part, so each walks its own index oldest first, and each
+  -- deletes from its own partition by id (a join to the ids let the planner hash a scan of
+  -- every partition); the done rows read here are the default partition's (a day partition
+  -- goes whole, above)
+  with done as materialized (
+    select j.id
+      from jobs.jobs_history_done_default j
+     where j.finished_at < v_now - purge.done_after
+       and not jobs._outbox_awaits(j.id)
+     order by j.finished_at
+     limit purge.batch_size
+       for update skip locked
   ),
-  removed as (
-    delete from jobs.jobs j
-     using batch b
-     where j.id = b.id
+  ended as materialized (
+    select j.id
+      from jobs.jobs_history_ended j
+     where j.finished_at < v_now - purge.ended_after
+       and not jobs._outbox_awaits(j.id)
+     order by j.finished_at
+     limit purge.batch_size
+       for update skip locked
+  ),
+  removed_done as (
+    delete from jobs.jobs_history_done_default j
+     where j.id = any(array(select d.id from done d))
+    returning j.run_id
+  ),
+  removed_ended as (
+    delete from jobs.jobs_history_ended j
+     where j.id = any(array(select e.id from ended e))
     returning j.run_id
   )
   select count(*), coalesce(array_agg(distinct r.run_id), '{}')
-    into v_jobs, v_runs
-    from removed r;
-
+    into v_rows, v_runs
+    from (select d.run_id from removed_done d
+          union all
+          select e.run_id from removed_ended e) r;
+  v_jobs := v_jobs + v_rows;
   with gone as (
     delete from jobs.steps s
      where s.run_id = any(v_runs)
        and not jobs._run_stands(s.run_id)
     returning 1
   )
-  select count(*) into v_steps from gone;
+  select v_steps + count(*) into v_steps from gone;
 
   -- no index orders either table by age: the scan stops at the batch's last row, and both are
   -- written in about the order they age in

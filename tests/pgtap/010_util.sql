@@ -4,7 +4,7 @@ begin;
 select plan(29);
 
 -- jobs.version: the installed schema version is the newest revision's number
-select is(jobs.version(), 6, 'jobs.version() answers 6, the one-layer claim''s revision');
+select is(jobs.version(), 7, 'jobs.version() answers 7, the live and history split''s revision');
 
 -- jobs._now honours durajobs.now, and follows it when it changes mid-transaction
 set local durajobs.now = '2026-01-01 00:00:00+00';

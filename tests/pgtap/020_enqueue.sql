@@ -151,9 +151,9 @@ select is(
 -- R5: no narrower unique index exists to turn a dedupe into an error
 select is(
   array(select c.relname::text from pg_index x join pg_class c on c.oid = x.indexrelid
-         where x.indrelid = 'jobs.jobs'::regclass and x.indisunique order by 1),
-  array['jobs_name_tenant_idempotency_live_idx', 'jobs_pkey'],
-  'R5: the only unique indexes are jobs_pkey and jobs_name_tenant_idempotency_live_idx');
+         where x.indrelid = 'jobs.jobs_live'::regclass and x.indisunique order by 1),
+  array['jobs_live_pkey', 'jobs_name_tenant_idempotency_live_idx'],
+  'R5: the only unique indexes are jobs_live_pkey and jobs_name_tenant_idempotency_live_idx');
 
 -- ---------------------------------------------------------------------------------------------
 -- R6: a finished job never blocks its key: enqueue -> claim -> ack -> enqueue again is new
@@ -597,7 +597,7 @@ begin
 end;
 $$;
 create trigger count_insert_and_finish_listed
-  after insert on jobs.jobs
+  after insert on jobs.jobs_live
   for each statement execute function jobs_test.count_insert_and_finish_listed();
 select jobs_test.enqueue(name => 'r7m', idempotency_key => 'k-r7m') as r7m_holder \gset
 insert into jobs_test.finish_after_insert values (:'r7m_holder');
@@ -633,7 +633,7 @@ select is((select last_value from jobs_test.find_live_calls), 2::bigint,
           'R7: enqueue tried exactly twice');
 -- in enqueue_many, a unique index that is not the live key's makes the conflict that no
 -- lookup explains
-create unique index jobs_test_r7_lies on jobs.jobs (name) where name = 'r7-lies';
+create unique index jobs_test_r7_lies on jobs.jobs_live (name) where name = 'r7-lies';
 select jobs_test.enqueue(name => 'r7-lies', idempotency_key => 'k-r7-lies-1') \g /dev/null
 select jobs_test.job_count() as r7_before \gset
 select setval('jobs_test.insert_statements', 1, false) \g /dev/null
@@ -642,7 +642,7 @@ select throws_ok(
   'JQ005', null, 'R7: enqueue_many raises JQ005 too');
 select is((select last_value from jobs_test.insert_statements), 2::bigint,
           'R7: enqueue_many tried exactly twice');
-drop trigger count_insert_and_finish_listed on jobs.jobs;
+drop trigger count_insert_and_finish_listed on jobs.jobs_live;
 drop index jobs.jobs_test_r7_lies;
 select is(jobs_test.job_count(), :'r7_before'::bigint, 'R7: JQ005 inserts nothing');
 

@@ -164,7 +164,7 @@ select jobs_test.enqueue(queue => 'q-reads') as r_dead \gset
 select * from jobs_test.claim_one(queue => 'q-reads') \gset rd_
 select jobs.nack_v1(id => :'r_dead', worker_id => 'w1', claim => :'rd_claim', next_state => 'dead') \g /dev/null
 select jobs_test.enqueue(queue => 'q-reads') \g /dev/null
-analyze jobs.jobs;
+analyze jobs.jobs_live, jobs.jobs_history;
 
 select results_eq(
   $$select ready, running, dead from jobs.queue_stats(array['q-reads'])$$,

@@ -1,6 +1,6 @@
--- 180_storage: the storage parameters that keep the hot table healthy: jobs.jobs is vacuumed
--- after 1,000 dead tuples plus 2 % without cost delays, and jobs.jobs, jobs.steps and
--- jobs.outbox are analyzed after 2,000 changed rows whatever their size.
+-- 180_storage: the storage parameters that keep the hot table healthy: jobs.jobs_live is
+-- vacuumed after 1,000 dead tuples plus 2 % without cost delays, and jobs.jobs_live, jobs.steps
+-- and jobs.outbox are analyzed after 2,000 changed rows whatever their size.
 begin;
 \ir fixtures/factory.sql
 select plan(4);
@@ -14,11 +14,11 @@ as $$
 $$;
 
 select is(
-  pg_temp.options('jobs.jobs'),
+  pg_temp.options('jobs.jobs_live'),
   array['autovacuum_analyze_scale_factor=0', 'autovacuum_analyze_threshold=2000',
         'autovacuum_vacuum_cost_delay=0', 'autovacuum_vacuum_insert_scale_factor=0.02',
         'autovacuum_vacuum_scale_factor=0.02', 'autovacuum_vacuum_threshold=1000'],
-  'jobs.jobs is vacuumed early, without cost delays, and analyzed every 2,000 changes');
+  'jobs.jobs_live is vacuumed early, without cost delays, and analyzed every 2,000 changes');
 select is(
   pg_temp.options('jobs.steps'),
   array['autovacuum_analyze_scale_factor=0', 'autovacuum_analyze_threshold=2000'],

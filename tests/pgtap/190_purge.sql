@@ -5,7 +5,7 @@
 -- or a finished job an unpublished outbox row names.
 begin;
 \ir fixtures/factory.sql
-select plan(60);
+select plan(78);
 
 -- local helpers (in jobs_test, so the rollback removes them) ----------------------------------
 
@@ -293,7 +293,9 @@ select is(array(select id from jobs.events), array[:'ev_long'::uuid], 'the other
 -- what a call reads: the done window never walks the failed and dead rows kept for 90 days, and
 -- asking whether a run with steps has a row left is two index probes, not a read of the table
 
-set local durajobs.now = '2026-09-01 00:00:00+00';
+-- (a year before every other file's clock: rows those files made and rolled back leave index
+-- entries that every scan still returns until a vacuum, and none of them is older than this)
+set local durajobs.now = '2025-01-01 00:00:00+00';
 delete from jobs.jobs;
 delete from jobs.steps;
 delete from jobs.events;
@@ -301,7 +303,7 @@ select count(jobs_test.finished('dead', 'q-read')) from generate_series(1, 200) 
 select jobs_test.advance(interval '30 days') \g /dev/null
 select jobs_test.finished('done', 'q-read') as rd_done \gset
 select jobs_test.advance(interval '15 days') \g /dev/null
-analyze jobs.jobs;
+analyze jobs.jobs_live, jobs.jobs_history;
 -- a table of 201 rows is one the planner may rather scan whole for the delete by id; at any
 -- size that matters it never would, and what this checks is the windows' and probes' reads
 set local enable_seqscan = off;
@@ -332,17 +334,70 @@ select is((select count(*) from jobs.steps where run_id = :'rm_many'), 0::bigint
           'and its run''s step');
 
 -- =============================================================================================
+-- a day of done jobs goes whole: its partition is dropped, not its rows deleted one by one
+
+set local durajobs.now = '2027-03-01 12:00:00+00';
+delete from jobs.jobs;
+delete from jobs.steps;
+delete from jobs.outbox;
+select throws_ok($$ select jobs.prepare_history(days => 32) $$, 'JQ001',
+                 'X_ARGUMENT_INVALID: jobs.prepare_history: days must be between 0 and 31',
+                 'prepare_history refuses more than 31 days ahead');
+select is(jobs.prepare_history(), 3, 'prepare_history makes the partitions of today and the next two days');
+select is(jobs.prepare_history(), 0, 'a second call makes none');
+select jobs_test.finished('done', 'q-day') as day_a \gset
+select jobs_test.finished('done', 'q-day') as day_b \gset
+select jobs_test.finished('dead', 'q-day') as day_dead \gset
+select is((select tableoid::regclass::text from jobs.jobs_history where id = :'day_a'),
+          'jobs.jobs_history_done_p20270301', 'a job done today is kept in today''s partition');
+select is((select tableoid::regclass::text from jobs.jobs_history where id = :'day_dead'),
+          'jobs.jobs_history_ended', 'a dead job is kept with the ended rows');
+
+-- the window is measured from the end of the day: rows done at noon wait for the whole day
+select set_config('durajobs.now', '2027-03-15 23:59:59+00', true) \g /dev/null
+select is(jobs_test.purged(), '0/0/0/0',
+          'rows past their window in a day not yet wholly past it stay, not deleted one by one');
+select jobs_test.advance(interval '1 second') \g /dev/null
+select is(jobs_test.purged(), '2/2/0/0', 'once the day is past the window, its jobs and their steps go');
+select ok(to_regclass('jobs.jobs_history_done_p20270301') is null,
+          'by dropping the day''s partition');
+select ok(not jobs_test.exists(:'day_a') and not jobs_test.exists(:'day_b'), 'so are its jobs');
+select ok(jobs_test.exists(:'day_dead'), 'the dead job stays for its own window');
+select is(jobs_test.purged(), '0/0/0/0', 'a second call finds nothing more');
+
+-- a day holding a job an unpublished outbox row names: the partition stays, its other rows go
+select set_config('durajobs.now', '2027-05-01 08:00:00+00', true) \g /dev/null
+select jobs.prepare_history(days => 0) \g /dev/null
+select jobs_test.finished('done', 'q-day') as day_kept \gset
+select jobs_test.finished('done', 'q-day') as day_other \gset
+-- the row its relay published and did not mark
+insert into jobs.outbox (id, run_id, staged_at, request)
+values (:'day_kept', :'day_kept', jobs._now(), '{}');
+select set_config('durajobs.now', '2027-05-20 00:00:00+00', true) \g /dev/null
+select is(jobs_test.purged(), '1/1/0/0', 'a day with an awaited job loses its other rows');
+select ok(jobs_test.exists(:'day_kept') and not jobs_test.exists(:'day_other'),
+          'the job the outbox row names stays');
+select ok(to_regclass('jobs.jobs_history_done_p20270501') is not null, 'and so does its partition');
+select is(jobs_test.purged(), '0/0/0/0', 'a second call leaves it');
+update jobs.outbox set published_at = jobs._now() where id = :'day_kept';
+select is(jobs_test.purged(), '1/1/0/0', 'once the row is published, the day goes');
+select ok(to_regclass('jobs.jobs_history_done_p20270501') is null, 'partition and all');
+
+-- =============================================================================================
 -- the indexes the purge walks
 
 select is((select indexdef from pg_indexes where indexname = 'jobs_done_idx'),
-          'CREATE INDEX jobs_done_idx ON jobs.jobs USING btree (finished_at) WHERE (state = ''done''::text)',
-          'done rows are indexed by finished_at');
-select ok((select indexdef like '%(finished_at) WHERE (state = ANY (ARRAY[''failed''::text, ''dead''::text, ''cancelled''::text]))'
-             from pg_indexes where indexname = 'jobs_ended_idx'),
-          'failed, dead and cancelled rows by finished_at, in an index of their own');
+          'CREATE INDEX jobs_done_idx ON jobs.jobs_history_done_default USING btree (finished_at)',
+          'the done rows of the default partition are indexed by finished_at');
+select is((select indexdef from pg_indexes where indexname = 'jobs_ended_idx'),
+          'CREATE INDEX jobs_ended_idx ON jobs.jobs_history_ended USING btree (finished_at)',
+          'failed, dead and cancelled rows by finished_at, in their own partition');
 select is((select indexdef from pg_indexes where indexname = 'jobs_run_shared_idx'),
-          'CREATE INDEX jobs_run_shared_idx ON jobs.jobs USING btree (run_id) WHERE (run_id <> id)',
-          'the jobs continuing another''s run, by run');
+          'CREATE INDEX jobs_run_shared_idx ON jobs.jobs_live USING btree (run_id) WHERE (run_id <> id)',
+          'the live jobs continuing another''s run, by run');
+select is((select indexdef from pg_indexes where indexname = 'jobs_history_run_shared_idx'),
+          'CREATE INDEX jobs_history_run_shared_idx ON ONLY jobs.jobs_history USING btree (run_id) WHERE (run_id <> id)',
+          'the finished jobs continuing another''s run, by run');
 
 select * from finish();
 rollback;

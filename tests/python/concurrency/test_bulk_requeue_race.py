@@ -29,16 +29,18 @@ def test_a_bulk_requeue_leaves_a_row_claimed_after_it_chose_the_row(database_url
         try:
             admin.execute(f"grant usage on schema jobs to {operator_role}")
             admin.execute(f"grant select, update on jobs.jobs to {operator_role}")
+            admin.execute(f"grant select, update, delete on jobs.jobs_history to {operator_role}")
+            admin.execute(f"grant select, insert on jobs.jobs_live to {operator_role}")
             admin.execute(
                 f"create function public.pause_on_{operator_role}(id uuid) returns boolean"
                 " language plpgsql volatile as $$ begin"
                 f" if id = '{row_id}' then perform pg_sleep(0.5); end if; return true; end $$"
             )
             admin.execute(
-                f"create policy pause on jobs.jobs to {operator_role}"
+                f"create policy pause on jobs.jobs_history to {operator_role}"
                 f" using (public.pause_on_{operator_role}(id))"
             )
-            admin.execute("alter table jobs.jobs enable row level security")
+            admin.execute("alter table jobs.jobs_history enable row level security")
 
             answers: list[Any] = []
             with psycopg.connect(database_url, autocommit=True) as operator:
@@ -51,7 +53,8 @@ def test_a_bulk_requeue_leaves_a_row_claimed_after_it_chose_the_row(database_url
                 )
                 call.start()
                 _wait_until_sleeping(admin, pid)
-                # meanwhile the row is requeued and claimed by a worker, committed
+                # meanwhile the row is requeued and claimed by a worker, committed (through the
+                # view, so it moves from the history back to the live table)
                 admin.execute(
                     "update jobs.jobs set state = 'running', attempt = 1, claimed_by = 'w2',"
                     " lease_expires_at = now() + interval '30 seconds', finished_at = null"
@@ -66,8 +69,8 @@ def test_a_bulk_requeue_leaves_a_row_claimed_after_it_chose_the_row(database_url
             ).fetchone()
             assert (state, claimed_by) == ("running", "w2")
         finally:
-            admin.execute("alter table jobs.jobs disable row level security")
-            admin.execute("drop policy if exists pause on jobs.jobs")
+            admin.execute("alter table jobs.jobs_history disable row level security")
+            admin.execute("drop policy if exists pause on jobs.jobs_history")
             admin.execute(f"drop function if exists public.pause_on_{operator_role}(uuid)")
             admin.execute(f"drop owned by {operator_role}")
             admin.execute(f"drop role {operator_role}")

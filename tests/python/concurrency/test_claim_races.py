@@ -159,7 +159,7 @@ def test_a_claim_passes_over_locked_rows_instead_of_waiting(client, connect, dat
     client.enqueue("held", {}, "held:2")
     holder = psycopg.connect(database_url)
     try:
-        holder.execute("select id from jobs.jobs order by id limit 1 for update")
+        holder.execute("select id from jobs.jobs_live order by id limit 1 for update")
         other = durajobs.Client(connect())
         other.connection.execute("set statement_timeout = '2s'")
         taken = other.claim(["default"], "w", batch_size=2)
