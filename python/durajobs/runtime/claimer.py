@@ -30,6 +30,7 @@ from durajobs.runtime._asyncio import CancelWatch
 from durajobs.runtime.attempt import Outcome, notify_settled
 from durajobs.runtime.runner import AttemptRunner
 from durajobs.runtime.settler import Settler
+from durajobs.runtime.upkeep import HotTableUpkeep
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +69,7 @@ class ClaimLoop:
         metrics: WorkerMetrics,
         pacing: Pacing,
         wake_proven: Callable[[], bool],
+        upkeep: HotTableUpkeep,
     ) -> None:
         self._registry = registry
         self._db = db
@@ -81,6 +83,7 @@ class ClaimLoop:
         self._metrics = metrics
         self._pacing = pacing
         self._wake_proven = wake_proven
+        self._upkeep = upkeep
         self.accepting = True
         self.last_pass: float | None = None  # when the loop last finished a pass
         # a claim whose wait a cancel cut: its statement may have committed with the answer
@@ -221,6 +224,8 @@ class ClaimLoop:
                     for_worker=True,
                 )
             )
+            # a claim that found the queue dry and still took long read dead index entries
+            self._upkeep.observe(time.monotonic() - asked, size, len(rows))
             # a full batch or a burial may have left lapsed rows behind: look again next claim
             if recover and len(rows) < size and not any(row.buried for row in rows):
                 self._lapsed_scanned.update(dict.fromkeys(queues, asked))

@@ -45,6 +45,7 @@ from durajobs.runtime.lease import LeaseRenewer
 from durajobs.runtime.presence import WorkerRegistration
 from durajobs.runtime.runner import AttemptRunner
 from durajobs.runtime.settler import Settler
+from durajobs.runtime.upkeep import HotTableUpkeep
 from durajobs.runtime.wake import QueueWake
 
 log = logging.getLogger(__name__)
@@ -94,6 +95,7 @@ class Worker:
         metrics_host: str = "0.0.0.0",
         freeze_gc: bool = False,
         ready_within: Duration = READY_WITHIN,
+        vacuum_hot_table: bool = True,
     ) -> None:
         self.registry = registry
         self.queues = list(queues or registry.queues())
@@ -183,6 +185,8 @@ class Worker:
             worker_id=self.worker_id,
             on_slot_freed=self.kick,
         )
+        # a vacuum of jobs.jobs_live when a claim shows dead entries slowing it
+        self.upkeep = HotTableUpkeep(database_url, enabled=vacuum_hot_table)
         self._claims = ClaimLoop(
             registry,
             db=self.db,
@@ -196,6 +200,7 @@ class Worker:
             metrics=self.metrics,
             pacing=Pacing(self.poll_floor, self.idle_ceiling, self.woken_idle_ceiling),
             wake_proven=lambda: self._wake is not None and self._wake.proven,
+            upkeep=self.upkeep,
         )
         self._metrics_port = metrics_port
         self._metrics_host = metrics_host
@@ -377,6 +382,7 @@ class Worker:
                 await self.registration.stop()
                 self._registered = False
         finally:
+            await self.upkeep.close()
             await self._leases.close()
             self.metrics.close()
             await self.settle_db.close()

@@ -1,0 +1,131 @@
+"""The worker's vacuum of jobs.jobs_live (durajobs.runtime.upkeep): when a claim asks for it, that
+it runs once at a time, and that a role that may not vacuum the table is told once."""
+
+from __future__ import annotations
+
+import asyncio
+from uuid import uuid4
+
+import psycopg
+
+import durajobs
+from durajobs.runtime.upkeep import HotTableUpkeep
+from durajobs.runtime.worker import Worker
+from support.events import recorded
+from support.factory import declare
+from support.rows import fetch_all
+from support.running import run_until
+
+
+def _vacuums(database_url: str) -> int:
+    [(count,)] = fetch_all(
+        database_url,
+        "select vacuum_count from pg_stat_user_tables where relid = 'jobs.jobs_live'::regclass",
+    )
+    return int(count)
+
+
+def test_only_a_slow_claim_that_found_the_queue_dry_starts_a_vacuum(database_url):
+    async def scenario() -> None:
+        upkeep = HotTableUpkeep(database_url, slow_claim=0.004, interval=30)
+        upkeep.observe(0.010, 500, 500)  # a full batch: busy, not bloated
+        upkeep.observe(0.001, 500, 0)  # dry and fast: nothing to clean
+        assert upkeep._task is None
+        before = _vacuums(database_url)
+        upkeep.observe(0.010, 500, 3)
+        assert upkeep._task is not None
+        first = upkeep._task
+        upkeep.observe(0.010, 500, 0)
+        assert upkeep._task is first, "one vacuum at a time"
+        await first
+        assert upkeep.vacuums == 1
+        assert _vacuums(database_url) == before + 1
+        upkeep.observe(0.010, 500, 0)
+        assert upkeep._task is first, "not again within the interval"
+
+    asyncio.run(scenario())
+
+
+def test_one_vacuum_at_a_time_across_workers(database_url):
+    """A second worker's vacuum finds the fleet-wide lock taken and skips."""
+
+    async def scenario() -> None:
+        with psycopg.connect(database_url, autocommit=True) as holder:
+            holder.execute("select pg_advisory_lock(hashtext('durajobs.vacuum_hot_table'))")
+            upkeep = HotTableUpkeep(database_url, slow_claim=0)
+            before = _vacuums(database_url)
+            upkeep.observe(1.0, 10, 0)
+            assert upkeep._task is not None
+            await upkeep._task
+        assert upkeep.vacuums == 0
+        assert _vacuums(database_url) == before
+
+    asyncio.run(scenario())
+
+
+def test_a_role_that_may_not_vacuum_is_told_once_and_not_asked_again(database_url):
+    async def scenario() -> None:
+        role = f"no_vacuum_{uuid4().hex[:8]}"
+        with psycopg.connect(database_url, autocommit=True) as admin:
+            admin.execute(f"create role {role} login password 'pw'")
+            admin.execute(f"grant usage on schema jobs to {role}")
+            try:
+                url = psycopg.conninfo.make_conninfo(database_url, user=role, password="pw")
+                upkeep = HotTableUpkeep(url, slow_claim=0)
+                with recorded("durajobs.runtime.upkeep", "jobs.worker.vacuum-refused") as refused:
+                    upkeep.observe(1.0, 10, 0)
+                    assert upkeep._task is not None
+                    await upkeep._task
+                assert len(refused) == 1
+                assert "jobs_live" in refused[0]["reason"]
+                assert not upkeep.enabled
+                upkeep._last = None
+                upkeep.observe(1.0, 10, 0)
+                assert upkeep._task.done(), "a refused worker does not ask again"
+            finally:
+                admin.execute(f"drop owned by {role}")
+                admin.execute(f"drop role {role}")
+
+    asyncio.run(scenario())
+
+
+def test_a_worker_vacuums_the_hot_table_when_its_claims_find_it_dry_and_slow(database_url):
+    async def scenario() -> None:
+        registry = durajobs.Registry(database_url=database_url)
+        done: list[str] = []
+
+        @declare(registry, "vac")
+        async def body(ctx):
+            done.append(ctx.input.key)
+
+        for n in range(50):
+            body.enqueue({"key": f"k{n}"})
+        worker = Worker(registry, database_url, concurrency=10, poll_floor="20ms")
+        worker.upkeep.slow_claim = 0  # every dry claim counts as slow here
+        before = _vacuums(database_url)
+        await run_until(worker, lambda: len(done) == 50 and worker.upkeep.vacuums >= 1)
+        assert _vacuums(database_url) >= before + 1
+        assert sorted(done) == sorted(f"k{n}" for n in range(50))
+
+    asyncio.run(scenario())
+
+
+def test_a_worker_told_not_to_vacuum_does_not(database_url):
+    async def scenario() -> None:
+        registry = durajobs.Registry(database_url=database_url)
+        done: list[str] = []
+
+        @declare(registry, "novac")
+        async def body(ctx):
+            done.append(ctx.input.key)
+
+        body.enqueue({"key": "k"})
+        worker = Worker(registry, database_url, vacuum_hot_table=False, poll_floor="20ms")
+        worker.upkeep.slow_claim = 0
+        before = _vacuums(database_url)
+        await run_until(worker, lambda: len(done) == 1)
+        await asyncio.sleep(0.2)  # dry claims came and went
+        assert worker.upkeep.vacuums == 0
+        assert _vacuums(database_url) == before
+
+    asyncio.run(scenario())
