@@ -1322,6 +1322,7 @@ declare
   v_answer_deduped boolean[] := '{}';
   v_inserted uuid[];
   v_taken_back uuid[];
+  v_supplied uuid[];  -- the ids the caller gave
   v_request jobs._enqueue_request;
   v_bad_key text;
   v_bad_ord integer;
@@ -1341,8 +1342,9 @@ begin
   begin
   -- one typed pass over the array (jsonb_to_recordset): a field lookup and a cast per field
   -- and request cost more than the insert
-  select coalesce(array_agg(parsed.r order by (parsed.r).ord), '{}')
-    into v_requests
+  select coalesce(array_agg(parsed.r order by (parsed.r).ord), '{}'),
+         coalesce(array_agg((parsed.r).id) filter (where (parsed.r).id_supplied), '{}')
+    into v_requests, v_supplied
     from (
       select (x.ord::integer,
               coalesce(x.id, v_new_ids[x.ord]),
@@ -1447,11 +1449,11 @@ begin
 
     -- a given id may name a finished job, which the primary key does not guard: as in
     -- jobs.enqueue, asked after the insert, and such a row is taken back
-    if exists (select 1 from unnest(v_pending) r where r.id_supplied) then
+    if cardinality(v_supplied) > 0 then
       with taken_back as (
         delete from jobs.jobs_live j
          where j.id = any(v_inserted)
-           and j.id in (select r.id from unnest(v_pending) r where r.id_supplied)
+           and j.id = any(v_supplied)
            and exists (select 1 from jobs.jobs_history h where h.id = j.id)
         returning j.id
       )
