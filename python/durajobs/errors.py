@@ -200,6 +200,10 @@ class JobTenantRequired(DurajobsError, ValueError):
     code = "X_JOB_TENANT_REQUIRED"
 
 
+class PermissionDenied(DurajobsError, PermissionError):
+    code = "X_PERMISSION_DENIED"
+
+
 class JobDeclarationConflict(DurajobsError):
     code = "X_JOB_DECLARATION_CONFLICT"
 

@@ -10,19 +10,56 @@ language sql
 stable
 set search_path = pg_catalog, pg_temp
 as $$
-  select 7
+  select 8
 $$;
 
--- jobs._now: the one clock every function reads. A test pins it with
--- `set local durajobs.now = '2026-01-01 00:00:00+00'`; unset, it is the transaction's now().
--- Answers a timestamptz. Raises nothing.
+-- jobs._now: the one clock every function reads: the transaction's now(). A database whose
+-- owner switched the test clock on (jobs.use_test_clock) reads `durajobs.now` first, so a test
+-- pins it with `set local durajobs.now = '2026-01-01 00:00:00+00'`; nowhere else does a session
+-- variable move it (any role may set one). Answers a timestamptz. Raises nothing.
 create function jobs._now()
 returns timestamptz
 language sql
 stable
 set search_path = pg_catalog, pg_temp
 as $$
-  select coalesce(nullif(current_setting('durajobs.now', true), '')::timestamptz, now())
+  select now()
+$$;
+
+-- jobs.use_test_clock: switch the test clock on (enabled true) or off for this database: on,
+-- jobs._now answers the session's `durajobs.now` when it is set. It replaces jobs._now, so only
+-- its owner (the role that ran the migration) can: for a test database, never a production one,
+-- where a worker that set the variable an hour ahead would re-take rows other workers still
+-- hold. Off on install.
+-- Answers enabled. Raises X_ARGUMENT_INVALID, X_PERMISSION_DENIED. Locks jobs._now's catalogue
+-- row.
+create function jobs.use_test_clock(enabled boolean default true)
+returns boolean
+language plpgsql
+volatile
+set search_path = pg_catalog, pg_temp
+as $$
+begin
+  if enabled is null then
+    perform jobs._invalid('jobs.use_test_clock', 'enabled', 'must be true or false');
+  end if;
+  begin
+    execute format(
+      'create or replace function jobs._now() returns timestamptz language sql stable '
+      'set search_path = pg_catalog, pg_temp as %L',
+      case when enabled
+           then 'select coalesce(nullif(current_setting(''durajobs.now'', true), '''')'
+                '::timestamptz, now())'
+           else 'select now()' end);
+  exception
+    when insufficient_privilege then
+      perform jobs._raise(
+        'X_PERMISSION_DENIED',
+        'jobs.use_test_clock: only the owner of jobs._now may switch the test clock',
+        jsonb_build_object('function', 'jobs.use_test_clock'));
+  end;
+  return enabled;
+end;
 $$;
 
 -- jobs._uuid_v7_many: n time-ordered uuids (RFC 9562 version 7) made by one statement, for a
@@ -134,7 +171,9 @@ insert into jobs.error_codes (code, sqlstate, fix) values
   ('X_JOB_NOT_PROMOTABLE', 'JQ016',
    'only a delayed job, or a ready one backing off, can be made due now'),
   ('X_JOB_TENANT_REQUIRED', 'JQ017',
-   'declare tenant=lambda input: input.org_id, or tenant=''none'' for a job with no tenant; from SQL pass tenant_id => the tenant the job acts for');
+   'declare tenant=lambda input: input.org_id, or tenant=''none'' for a job with no tenant; from SQL pass tenant_id => the tenant the job acts for'),
+  ('X_PERMISSION_DENIED', 'JQ018',
+   'run it as the role that owns the schema jobs (the role that ran durajobs migrate)');
 
 -- jobs._raise: raise the registered error `code` with its SQLSTATE, a message that starts with
 -- the code, structured detail (a JSON object that always carries the code) and the fix as hint.

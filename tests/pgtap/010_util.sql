@@ -1,10 +1,10 @@
 -- 010_util: the clock, ids, vocabularies, the error registry and the schema version.
 begin;
 \ir fixtures/factory.sql
-select plan(29);
+select plan(36);
 
 -- jobs.version: the installed schema version is the newest revision's number
-select is(jobs.version(), 7, 'jobs.version() answers 7, the live and history split''s revision');
+select is(jobs.version(), 8, 'jobs.version() answers 8, the test clock opt-in''s revision');
 
 -- jobs._now honours durajobs.now, and follows it when it changes mid-transaction
 set local durajobs.now = '2026-01-01 00:00:00+00';
@@ -16,6 +16,26 @@ select is(jobs_test.advance(interval '90 seconds'), '2026-03-04 05:07:37.5+00'::
 -- unset (empty), the clock is the transaction's now()
 set local durajobs.now = '';
 select is(jobs._now(), now(), '_now() falls back to now() when durajobs.now is empty');
+
+-- the test clock is the owner's opt-in: off, no session variable moves the clock, and a role
+-- that does not own jobs._now cannot switch it on (R: any role may set durajobs.now)
+select is(jobs.use_test_clock(false), false, 'the owner switches the test clock off');
+set local durajobs.now = '2000-01-01 00:00:00+00';
+select is(jobs._now(), now(), 'off (as on install), durajobs.now moves nothing');
+create role jobs_test_clock_mover;
+grant usage on schema jobs to jobs_test_clock_mover;
+grant select on jobs.error_codes to jobs_test_clock_mover;
+set local role jobs_test_clock_mover;
+select throws_ok($$ select jobs.use_test_clock() $$, 'JQ018',
+                 'X_PERMISSION_DENIED: jobs.use_test_clock: only the owner of jobs._now may switch the test clock',
+                 'another role cannot switch it on');
+select is(jobs._now(), now(), 'a role that sets durajobs.now still reads the real clock');
+reset role;
+select throws_ok($$ select jobs.use_test_clock(null) $$, 'JQ001', null,
+                 'use_test_clock(null) is refused');
+select is(jobs.use_test_clock(), true, 'the owner switches it on again');
+select is(jobs._now(), '2000-01-01 00:00:00+00'::timestamptz, 'and the pinned clock is read');
+set local durajobs.now = '';
 
 -- jobs._uuid_v7: version 7 (13th hex digit), RFC variant (17th hex digit 8-b)
 select ok(
@@ -98,7 +118,7 @@ select results_eq(
            ('X_JOB_NOT_FOUND', 'JQ011'), ('X_JOB_NOT_REQUEUEABLE', 'JQ012'),
            ('X_JOB_NOT_CANCELLABLE', 'JQ013'), ('X_JOB_PAGE_INVALID', 'JQ014'),
            ('X_JOB_NOT_REMOVABLE', 'JQ015'), ('X_JOB_NOT_PROMOTABLE', 'JQ016'),
-           ('X_JOB_TENANT_REQUIRED', 'JQ017')$$,
+           ('X_JOB_TENANT_REQUIRED', 'JQ017'), ('X_PERMISSION_DENIED', 'JQ018')$$,
   'each X_* code maps to its documented sqlstate');
 select is_empty(
   $$select code from jobs.error_codes where btrim(fix) = ''$$,

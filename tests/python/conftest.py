@@ -101,7 +101,11 @@ def template_database(server_url: str) -> Iterator[str]:
     with _admin(server_url) as admin:
         admin.execute(sql.SQL("drop database if exists {}").format(sql.Identifier(name)))
         admin.execute(sql.SQL("create database {}").format(sql.Identifier(name)))
-    durajobs.migrate(_url_with_database(server_url, name))
+    url = _url_with_database(server_url, name)
+    durajobs.migrate(url)
+    # tests pin the clock with the session setting durajobs.now: a test database opts in
+    with psycopg.connect(url, autocommit=True) as connection:
+        connection.execute("select jobs.use_test_clock()")
     yield name
     with _admin(server_url) as admin:
         admin.execute(
