@@ -4,6 +4,8 @@
 
 begin;
 
+set local search_path = pg_catalog, pg_temp;
+
 do $$
 declare
   v_installed text;

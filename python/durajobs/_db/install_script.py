@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 
-from durajobs._db.migrations import SCHEMA, VERSION_TABLE, package_sql_dir
+from durajobs._db.migrations import PIN_SEARCH_PATH, SCHEMA, VERSION_TABLE, package_sql_dir
 from durajobs.errors import ArgumentInvalid
 
 INSTALL_FILE = "install.sql"
@@ -96,6 +96,7 @@ def install_script(*, since: str | None = None) -> str:
         "-- Generated from the frozen revisions by durajobs (`durajobs sql`); do not edit.\n"
         "-- Run it with: psql -v ON_ERROR_STOP=1 -f <this file>\n",
         "begin;",
+        f"{PIN_SEARCH_PATH};",
         guard,
         *(f"-- revision {revision}\n{_upgrade_text(revision)}" for revision in applied),
         record,

@@ -91,14 +91,22 @@ def downgrade(database_url: str, revision: str = "base") -> None:
     _run(database_url, "downgrade", revision)
 
 
+# what the schema's DDL runs under, whatever the installing session's search_path says
+PIN_SEARCH_PATH = "set local search_path = pg_catalog, pg_temp"
+
+
 def apply_sql_file(path: Path) -> None:
     """Execute one frozen SQL file inside the running alembic migration.
 
     The file goes to the driver whole: PL/pgSQL bodies hold semicolons, and psycopg runs several
-    statements in one call when no parameters are bound.
+    statements in one call when no parameters are bound. The search_path is pinned for the rest
+    of the migration's transaction first: a caller's (say `hostile, pg_catalog`) would otherwise
+    bind the operators of index predicates and constraints to another schema's, and one `=`
+    there could turn the dedupe index off.
     """
     from alembic import op
 
     driver_connection = op.get_bind().connection.driver_connection
     assert driver_connection is not None
+    driver_connection.execute(PIN_SEARCH_PATH)
     driver_connection.execute(path.read_text())

@@ -144,3 +144,36 @@ def test_a_newer_schema_is_accepted_during_a_rolling_deploy(database_url):
     _set_version(database_url, durajobs.SCHEMA_VERSION + 1)
     with durajobs.Client.connect(database_url) as client:
         assert client.claim(["default"], "old-worker") == []
+
+
+def test_a_hostile_search_path_at_install_binds_nothing_to_its_schema(make_empty_database):
+    """Installed by a session whose search_path puts another schema's `=` first, the index
+    predicates, constraints and defaults still use pg_catalog's: the DDL runs with the path
+    pinned (otherwise the dedupe index's `state = ANY (...)` binds to the stranger)."""
+    url = make_empty_database()
+    with psycopg.connect(url, autocommit=True) as connection:
+        connection.execute("create schema hostile")
+        connection.execute(
+            "create function hostile.always(text, text) returns boolean"
+            " language sql immutable as 'select true'"
+        )
+        connection.execute(
+            "create operator hostile.= (leftarg = text, rightarg = text, function = hostile.always)"
+        )
+    hostile = psycopg.conninfo.make_conninfo(url, options="-c search_path=hostile,pg_catalog")
+    durajobs.migrate(hostile)
+
+    catalogue = read_catalogue(url)
+    mentions = [
+        row
+        for part in ("indexes", "constraints", "columns")
+        for row in catalogue[part]
+        if "hostile" in " ".join(str(value) for value in row)
+    ]
+    assert mentions == []
+    with psycopg.connect(url, autocommit=True) as connection:
+        for key in ("a", "a"):
+            connection.execute(
+                "select jobs.enqueue(name => 'j', input => '{}', idempotency_key => %s)", [key]
+            )
+        assert connection.execute("select count(*) from jobs.jobs").fetchone() == (1,)

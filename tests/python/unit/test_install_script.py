@@ -23,6 +23,14 @@ def test_the_install_script_applies_every_revision_in_order_and_records_the_head
     )
 
 
+def test_both_scripts_pin_the_search_path_before_any_ddl():
+    """As `durajobs migrate` does: a psql session's own search_path must not bind the schema's
+    operators (test_migrations has the hostile install)."""
+    for script in (install_script(), install_script(since=revisions()[0])):
+        begin = script.index("begin;\n")
+        assert script[begin:].startswith("begin;\n\nset local search_path = pg_catalog, pg_temp;\n")
+
+
 def test_an_upgrade_script_holds_only_the_later_revisions():
     first, *later = revisions()
     script = install_script(since=first)
