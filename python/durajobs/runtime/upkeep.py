@@ -72,6 +72,7 @@ class HotTableUpkeep:
 
     async def _vacuum(self, elapsed: float) -> None:
         refused: list[str] = []
+        busy: list[str] = []
 
         def on_notice(notice: psycopg.errors.Diagnostic) -> None:
             # a role that does not own the table: Postgres warns and skips it ("only table or
@@ -79,6 +80,8 @@ class HotTableUpkeep:
             message = notice.message_primary or ""
             if "owner can vacuum" in message or "permission denied" in message:
                 refused.append(message)
+            elif "lock not available" in message:
+                busy.append(message)  # an autovacuum is at it already: skip_locked skipped
 
         began = time.monotonic()
         try:
@@ -106,6 +109,8 @@ class HotTableUpkeep:
                     "lower (docs/operations.md, table health)",
                 },
             )
+            return
+        if busy:
             return
         self.vacuums += 1
         log.info(

@@ -129,3 +129,21 @@ def test_a_worker_told_not_to_vacuum_does_not(database_url):
         assert _vacuums(database_url) == before
 
     asyncio.run(scenario())
+
+
+def test_a_vacuum_already_at_the_table_is_left_alone(database_url):
+    """skip_locked: while another vacuum (here: a session holding its lock) works on the table,
+    the worker's is skipped, and not counted."""
+
+    async def scenario() -> None:
+        with psycopg.connect(database_url) as holder:
+            holder.execute("lock table jobs.jobs_live in share update exclusive mode")
+            upkeep = HotTableUpkeep(database_url, slow_claim=0)
+            upkeep.observe(1.0, 10, 0)
+            assert upkeep._task is not None
+            await asyncio.wait_for(upkeep._task, 10)
+            holder.rollback()
+        assert upkeep.vacuums == 0
+        assert upkeep.enabled, "a busy table is not a refusal"
+
+    asyncio.run(scenario())
