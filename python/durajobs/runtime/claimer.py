@@ -224,8 +224,8 @@ class ClaimLoop:
                     for_worker=True,
                 )
             )
-            # a claim that found the queue dry and still took long read dead index entries
-            self._upkeep.observe(time.monotonic() - asked, size, len(rows))
+            # the queue ran dry: a moment to look at the dead entries every claim steps over
+            self._upkeep.observe(size, len(rows))
             # a full batch or a burial may have left lapsed rows behind: look again next claim
             if recover and len(rows) < size and not any(row.buried for row in rows):
                 self._lapsed_scanned.update(dict.fromkeys(queues, asked))

@@ -1,4 +1,4 @@
-"""A vacuum of the hot table when a claim shows it needs one.
+"""A vacuum of the hot table when its dead row versions slow the claim.
 
 Every job leaves two dead row versions in jobs.jobs_live (its claim and its end) and a dead
 entry at the front of jobs_claim_idx, where every claim starts reading. Until a vacuum removes
@@ -6,10 +6,11 @@ them, a claim steps over them all: after 200,000 jobs, an empty claim read 1,581
 took 6.7 ms against 0.05 ms after a vacuum (268 ms). Autovacuum gets there, but only once a
 naptime (a minute by default), whatever the table's storage parameters ask.
 
-So the worker watches its own claims. A claim that found fewer rows than it asked for (the
-queue ran dry) and still took longer than `slow_claim` is reading dead entries: the worker then
-vacuums jobs.jobs_live on a connection of its own, in the background, at most once every
-`interval` and once at a time across the fleet (a session advisory lock the others skip). A
+So the worker looks when its queues run dry (a claim answered fewer rows than it asked for),
+at most once every `interval`: on a connection of its own, in the background, it reads the
+table's dead tuples from the statistics, and past `dead_tuples` it vacuums jobs.jobs_live, one
+worker at a time across the fleet (a session advisory lock the others skip). A claim's own
+time is no sign: a session's first claims plan their statements and are slow on any table. A
 role that does not own the table gets a warning from Postgres instead of a vacuum: the worker
 logs it once and stops asking.
 """
@@ -23,38 +24,40 @@ from typing import Any
 
 import psycopg
 
+from durajobs.runtime._asyncio import cancel_and_wait
+
 log = logging.getLogger(__name__)
 
-# an empty claim on a clean table takes 1-1.6 ms on the 2-core machine, one reading dead
-# entries after 1,000,000 jobs 6 ms
-SLOW_CLAIM = 0.004  # seconds
-INTERVAL = 30.0  # seconds between two vacuums started by one worker
+# about 400 leaf pages of dead claim-index entries: a millisecond or two on every claim
+DEAD_TUPLES = 50_000
+INTERVAL = 30.0  # seconds between two looks by one worker
 # one vacuum of the hot table at a time, fleet-wide
 LOCK = "select pg_try_advisory_lock(hashtext('durajobs.vacuum_hot_table'))"
+DEAD = "select n_dead_tup from pg_stat_user_tables where relid = 'jobs.jobs_live'::regclass"
 
 
 class HotTableUpkeep:
-    """Decides from the claims when to vacuum jobs.jobs_live, and runs the vacuum."""
+    """Decides from the claims when to look at jobs.jobs_live, and vacuums it when it must."""
 
     def __init__(
         self,
         database_url: str,
         *,
-        slow_claim: float = SLOW_CLAIM,
+        dead_tuples: int = DEAD_TUPLES,
         interval: float = INTERVAL,
         enabled: bool = True,
     ) -> None:
         self._database_url = database_url
-        self.slow_claim = slow_claim
+        self.dead_tuples = dead_tuples
         self._interval = interval
         self.enabled = enabled
-        self._last: float | None = None  # time.monotonic() of the last vacuum started
+        self._last: float | None = None  # time.monotonic() of the last look
         self._task: asyncio.Task[None] | None = None
         self.vacuums = 0  # vacuums this worker ran to the end
 
-    def observe(self, elapsed: float, asked: int, got: int) -> None:
-        """One claim's round trip: `elapsed` seconds for `got` of `asked` rows."""
-        if not self.enabled or got >= asked or elapsed < self.slow_claim:
+    def observe(self, asked: int, got: int) -> None:
+        """One claim's answer: `got` of `asked` rows."""
+        if not self.enabled or got >= asked:
             return
         if self._task is not None and not self._task.done():
             return
@@ -62,15 +65,15 @@ class HotTableUpkeep:
         if self._last is not None and now - self._last < self._interval:
             return
         self._last = now
-        self._task = asyncio.get_running_loop().create_task(self._vacuum(elapsed))
+        self._task = asyncio.get_running_loop().create_task(self._look())
 
     async def close(self) -> None:
-        """Cut a vacuum in flight: the worker is stopping."""
-        if self._task is not None and not self._task.done():
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
+        """Cut a look or a vacuum in flight: the worker is stopping."""
+        if self._task is not None:
+            # not one cancel: psycopg's connect can drop it
+            await cancel_and_wait(self._task)
 
-    async def _vacuum(self, elapsed: float) -> None:
+    async def _look(self) -> None:
         refused: list[str] = []
         busy: list[str] = []
 
@@ -89,10 +92,14 @@ class HotTableUpkeep:
                 self._database_url, autocommit=True
             )
             async with connection:
-                connection.add_notice_handler(on_notice)
-                row = await (await connection.execute(LOCK)).fetchone()
-                if row is None or not row[0]:
+                row = await (await connection.execute(DEAD)).fetchone()
+                dead = int(row[0]) if row is not None and row[0] is not None else 0
+                if dead < self.dead_tuples:
+                    return
+                locked = await (await connection.execute(LOCK)).fetchone()
+                if locked is None or not locked[0]:
                     return  # another worker vacuums now
+                connection.add_notice_handler(on_notice)
                 await connection.execute("vacuum (skip_locked) jobs.jobs_live")
         except asyncio.CancelledError:
             raise
@@ -117,7 +124,7 @@ class HotTableUpkeep:
             "jobs.worker.vacuumed",
             extra={
                 "table": "jobs.jobs_live",
-                "claim_ms": round(elapsed * 1000, 2),
+                "dead_tuples": dead,
                 "vacuum_ms": round((time.monotonic() - began) * 1000, 1),
             },
         )
