@@ -80,43 +80,20 @@ create index jobs_lease_idx
 create index jobs_queue_created_idx
   on jobs.jobs_live (queue, created_at, id);
 
--- the finished jobs (done, failed, dead, cancelled), with the columns of jobs.jobs_live in the
--- same order. Done rows, nearly all of them, are kept by the day they finished, so retention
+-- the finished jobs (done, failed, dead, cancelled). Done rows, nearly all of them, are kept by the day they finished, so retention
 -- drops a day's partition instead of deleting its rows one by one; the day partitions are made
 -- ahead by jobs.prepare_history, and a row with no day partition yet lands in the default one.
 -- The rarer ended rows (failed, dead, cancelled) are kept longer and deleted by age.
 -- No primary key: a partitioned table's would have to include the state and the day. An id is
 -- still one job: it is unique in jobs.jobs_live, a row leaves there in the statement that puts
 -- it here, and an enqueue with a given id looks here before its insert commits.
+-- Its columns are jobs.jobs_live's, in that order, with their defaults (not the checks: a
+-- finished row is past them), and finished_at always set.
 create table jobs.jobs_history (
-  id uuid not null,
-  name text not null,
-  queue text not null,
-  input jsonb not null,
-  idempotency_key text not null,
-  tenant_id text,
-  run_id uuid not null,
-  state text not null,
-  priority integer not null default 0,
-  attempt integer not null default 0,
-  max_attempts integer not null,
-  run_at timestamptz not null,
-  created_at timestamptz not null,
-  updated_at timestamptz not null,
-  finished_at timestamptz not null,
-  claimed_by text,
-  claimed_at timestamptz,
-  lease_expires_at timestamptz,
-  claims bigint not null default 0,
-  last_error text,
-  last_error_code text,
-  last_error_stack text,
-  progress jsonb,
-  traceparent text,
-  enqueued_by text,
-  concurrency_key text,
-  capped boolean not null default false
+  like jobs.jobs_live including defaults
 ) partition by list (state);
+
+alter table jobs.jobs_history alter column finished_at set not null;
 
 create table jobs.jobs_history_done
   partition of jobs.jobs_history for values in ('done')
