@@ -10,7 +10,7 @@ language sql
 stable
 set search_path = pg_catalog, pg_temp
 as $$
-  select 8
+  select 9
 $$;
 
 -- jobs._now: the one clock every function reads: the transaction's now(). A database whose

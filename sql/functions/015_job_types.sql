@@ -98,25 +98,26 @@ declare
   v_stored jobs.declarations;
   v_differences jsonb;
 begin
-  if declare_job.name is null or btrim(declare_job.name) = '' then
-    perform jobs._invalid('jobs.declare_job', 'name', 'must be a non-empty job name');
+  perform jobs._check_label('jobs.declare_job', 'name', declare_job.name);
+  perform jobs._check_label('jobs.declare_job', 'queue', declare_job.queue);
+  if declare_job.max_attempts is null or declare_job.max_attempts not between 1 and 1000 then
+    perform jobs._invalid('jobs.declare_job', 'max_attempts', 'must be an integer from 1 to 1000');
   end if;
-  if declare_job.queue is null or btrim(declare_job.queue) = '' then
-    perform jobs._invalid('jobs.declare_job', 'queue', 'must be a non-empty queue name');
-  end if;
-  if declare_job.max_attempts is null or declare_job.max_attempts < 1 then
-    perform jobs._invalid('jobs.declare_job', 'max_attempts', 'must be an integer of at least 1');
-  end if;
-  if declare_job.priority is null then
-    perform jobs._invalid('jobs.declare_job', 'priority', 'must not be NULL');
+  if declare_job.priority is null or declare_job.priority not between -1000 and 1000 then
+    perform jobs._invalid('jobs.declare_job', 'priority', 'must be an integer from -1000 to 1000');
   end if;
   if declare_job.tenant_required is null then
     perform jobs._invalid('jobs.declare_job', 'tenant_required', 'must be true or false');
   end if;
-  if declare_job.declared_by is null or btrim(declare_job.declared_by) = '' then
-    perform jobs._invalid('jobs.declare_job', 'declared_by',
-                          'must name who declares (a deploy, worker or host)');
+  perform jobs._check_label('jobs.declare_job', 'declared_by', declare_job.declared_by);
+  if declare_job.timeout is not null then
+    perform jobs._check_interval('jobs.declare_job', 'timeout', declare_job.timeout,
+                                 interval '1 millisecond', interval '7 days');
   end if;
+  perform jobs._check_bytes('jobs.declare_job', 'retry', jobs._json_bytes(declare_job.retry),
+                            'input');
+  perform jobs._check_bytes('jobs.declare_job', 'input_schema',
+                            jobs._json_bytes(declare_job.input_schema), 'input');
   if declare_job.replace is null then
     perform jobs._invalid('jobs.declare_job', 'replace', 'must be true or false');
   end if;
@@ -232,6 +233,7 @@ volatile
 set search_path = pg_catalog, pg_temp
 as $$
 begin
+  perform jobs._check_label('jobs.forget_job_type', 'name', forget_job_type.name);
   delete from jobs.declarations t where t.name = forget_job_type.name;
   if not found then
     return false;

@@ -244,14 +244,8 @@ stable
 set search_path = pg_catalog, pg_temp
 as $$
 begin
-  if queue is not null and (btrim(queue) = '' or length(queue) > 200) then
-    perform jobs._invalid(function_name, 'queue',
-                          'must be a non-empty queue name of at most 200 characters, or NULL');
-  end if;
-  if tenant_id is not null and (btrim(tenant_id) = '' or length(tenant_id) > 200) then
-    perform jobs._invalid(function_name, 'tenant_id',
-                          'must be a non-empty tenant of at most 200 characters, or NULL');
-  end if;
+  perform jobs._check_label(function_name, 'queue', queue, required => false);
+  perform jobs._check_label(function_name, 'tenant_id', tenant_id, required => false);
   if every_tenant is null then
     perform jobs._invalid(function_name, 'every_tenant', 'must be true or false');
   end if;
@@ -312,6 +306,7 @@ begin
   if set_limit.per <= interval '0' or set_limit.per > interval '1 day' then
     perform jobs._invalid('jobs.set_limit', 'per', 'must be a positive interval of at most 1 day');
   end if;
+  perform jobs._check_label('jobs.set_limit', 'set_by', set_limit.set_by, required => false);
 
   insert into jobs.limit_rules as r (queue, tenant_id, every_tenant, concurrency, rate, per,
                                      set_by, set_at)

@@ -58,7 +58,9 @@ create function jobs._check_enqueue(
   priority integer,
   tenant_required boolean default false,
   concurrency_key text default null,
-  concurrency_keyed boolean default false
+  concurrency_keyed boolean default false,
+  traceparent text default null,
+  enqueued_by text default null
 )
 returns void
 language plpgsql
@@ -66,9 +68,38 @@ stable
 set search_path = pg_catalog, pg_temp
 as $$
 begin
-  if _check_enqueue.name is null or btrim(_check_enqueue.name) = '' then
-    perform jobs._invalid(function_name, prefix || 'name', 'must be a non-empty job name');
+  -- the usual request passes every test below at once; only a refused one walks them to find
+  -- which argument to name. jobs.enqueue_many's pass is this same expression: change both.
+  if (_check_enqueue.name ~ '[^[:space:]]' and length(_check_enqueue.name) <= 200
+      and jsonb_typeof(_check_enqueue.input) = 'object'
+      -- no limit is under 1 KiB, so only a larger input reads the limit
+      and ((pg_column_size(_check_enqueue.input) <= 1024
+            and pg_column_compression(_check_enqueue.input) is null)
+           or jobs._json_bytes(_check_enqueue.input) <= jobs._max_bytes('input'))
+      and _check_enqueue.idempotency_key ~ '[^[:space:]]'
+      and length(_check_enqueue.idempotency_key) <= 200
+      and _check_enqueue.queue ~ '[^[:space:]]' and length(_check_enqueue.queue) <= 200
+      and (_check_enqueue.tenant_id is null
+           or (_check_enqueue.tenant_id ~ '[^[:space:]]'
+               and length(_check_enqueue.tenant_id) <= 200))
+      and _check_enqueue.run_at between jobs._now() - interval '100 years'
+                                    and jobs._now() + interval '100 years'
+      and _check_enqueue.max_attempts between 1 and 1000
+      and _check_enqueue.priority between -1000 and 1000
+      and not (_check_enqueue.tenant_required and _check_enqueue.tenant_id is null)
+      and (_check_enqueue.concurrency_key is null
+           or (_check_enqueue.concurrency_key ~ '[^[:space:]]'
+               and length(_check_enqueue.concurrency_key) <= 200))
+      and not (_check_enqueue.concurrency_keyed and _check_enqueue.concurrency_key is null)
+      and (_check_enqueue.traceparent is null
+           or jobs._valid_traceparent(_check_enqueue.traceparent))
+      and (_check_enqueue.enqueued_by is null
+           or (_check_enqueue.enqueued_by ~ '[^[:space:]]'
+               and length(_check_enqueue.enqueued_by) <= 200))) is true then
+    return;
   end if;
+
+  perform jobs._check_label(function_name, prefix || 'name', _check_enqueue.name);
   if _check_enqueue.input is null or jsonb_typeof(_check_enqueue.input) <> 'object' then
     perform jobs._raise(
       'X_JOB_INPUT_INVALID',
@@ -77,7 +108,10 @@ begin
       jsonb_build_object('function', function_name, 'argument', prefix || 'input',
                          'job', _check_enqueue.name));
   end if;
-  if _check_enqueue.idempotency_key is null or btrim(_check_enqueue.idempotency_key) = '' then
+  perform jobs._check_bytes(function_name, prefix || 'input',
+                            jobs._json_bytes(_check_enqueue.input), 'input');
+  if _check_enqueue.idempotency_key is null
+     or _check_enqueue.idempotency_key !~ '[^[:space:]]' then
     perform jobs._raise(
       'X_IDEMPOTENCY_REQUIRED',
       format('%s: %sidempotency_key is required for job %s', function_name, prefix,
@@ -85,21 +119,24 @@ begin
       jsonb_build_object('function', function_name, 'argument', prefix || 'idempotency_key',
                          'job', _check_enqueue.name));
   end if;
-  if _check_enqueue.queue is null or btrim(_check_enqueue.queue) = '' then
-    perform jobs._invalid(function_name, prefix || 'queue', 'must be a non-empty queue name');
+  perform jobs._check_label(function_name, prefix || 'idempotency_key',
+                            _check_enqueue.idempotency_key);
+  perform jobs._check_label(function_name, prefix || 'queue', _check_enqueue.queue);
+  perform jobs._check_label(function_name, prefix || 'tenant_id', _check_enqueue.tenant_id,
+                            required => false);
+  if _check_enqueue.run_at is null
+     or not (_check_enqueue.run_at between jobs._now() - interval '100 years'
+                                       and jobs._now() + interval '100 years') then
+    perform jobs._invalid(function_name, prefix || 'run_at',
+                          'must be an instant within 100 years of now');
   end if;
-  if _check_enqueue.tenant_id = '' then
-    perform jobs._invalid(function_name, prefix || 'tenant_id',
-                          'must be NULL (no tenant) or a non-empty tenant id');
+  if _check_enqueue.max_attempts is null or _check_enqueue.max_attempts not between 1 and 1000 then
+    perform jobs._invalid(function_name, prefix || 'max_attempts',
+                          'must be an integer from 1 to 1000');
   end if;
-  if not isfinite(_check_enqueue.run_at) then
-    perform jobs._invalid(function_name, prefix || 'run_at', 'must be a finite instant');
-  end if;
-  if _check_enqueue.max_attempts is null or _check_enqueue.max_attempts < 1 then
-    perform jobs._invalid(function_name, prefix || 'max_attempts', 'must be an integer of at least 1');
-  end if;
-  if _check_enqueue.priority is null then
-    perform jobs._invalid(function_name, prefix || 'priority', 'must not be NULL (0 is the default)');
+  if _check_enqueue.priority is null or _check_enqueue.priority not between -1000 and 1000 then
+    perform jobs._invalid(function_name, prefix || 'priority',
+                          'must be an integer from -1000 to 1000 (0 is the default)');
   end if;
   if _check_enqueue.tenant_required and _check_enqueue.tenant_id is null then
     perform jobs._raise(
@@ -110,15 +147,17 @@ begin
                          'job', _check_enqueue.name),
       'pass tenant_id => the tenant this job acts for (see jobs.job_types())');
   end if;
-  if btrim(_check_enqueue.concurrency_key) = '' or length(_check_enqueue.concurrency_key) > 200 then
-    perform jobs._invalid(function_name, prefix || 'concurrency_key',
-                          'must be NULL or a non-empty text of at most 200 characters');
-  end if;
+  perform jobs._check_label(function_name, prefix || 'concurrency_key',
+                            _check_enqueue.concurrency_key, required => false);
   if _check_enqueue.concurrency_keyed and _check_enqueue.concurrency_key is null then
     perform jobs._invalid(function_name, prefix || 'concurrency_key',
                           format('is required: job %s limits its concurrency per key',
                                  _check_enqueue.name));
   end if;
+  perform jobs._check_traceparent(function_name, prefix || 'traceparent',
+                                  _check_enqueue.traceparent);
+  perform jobs._check_label(function_name, prefix || 'enqueued_by', _check_enqueue.enqueued_by,
+                            required => false);
 end;
 $$;
 
@@ -272,7 +311,8 @@ begin
                               v_run_at, v_max_attempts, v_priority,
                               coalesce(v_declared.tenant_required, false),
                               enqueue.concurrency_key,
-                              coalesce(v_declared.concurrency_keyed, false));
+                              coalesce(v_declared.concurrency_keyed, false),
+                              enqueue.traceparent, enqueue.enqueued_by);
   perform jobs._check_on_conflict('jobs.enqueue', enqueue.on_conflict);
 
   -- two tries at most: the live holder may finish between the conflict and the lookup
@@ -486,6 +526,7 @@ declare
   v_queue text;
   -- whether any limit rule exists: with none, no request pays for asking which rules apply
   v_any_rules boolean := exists (select 1 from jobs.limit_rules);
+  v_max_input integer := jobs._max_bytes('input');
 begin
   perform jobs._check_on_conflict('jobs.enqueue_many', enqueue_many.on_conflict);
   if requests is null or jsonb_typeof(requests) <> 'array' then
@@ -558,17 +599,28 @@ begin
   select r.ord
     into v_bad_ord
     from unnest(v_requests) r
-   where r.name is null or btrim(r.name) = ''
-      or r.input is null or jsonb_typeof(r.input) <> 'object'
-      or r.idempotency_key is null or btrim(r.idempotency_key) = ''
-      or r.queue is null or btrim(r.queue) = ''
-      or r.tenant_id = ''
-      or not isfinite(r.run_at)
-      or r.max_attempts is null or r.max_attempts < 1
-      or r.priority is null
-      or (r.tenant_required and r.tenant_id is null)
-      or btrim(r.concurrency_key) = '' or length(r.concurrency_key) > 200
-      or (r.concurrency_keyed and r.concurrency_key is null)
+   where (r.name ~ '[^[:space:]]' and length(r.name) <= 200
+          and jsonb_typeof(r.input) = 'object'
+          and ((pg_column_size(r.input) <= 1024 and pg_column_compression(r.input) is null)
+               or jobs._json_bytes(r.input) <= v_max_input)
+          and r.idempotency_key ~ '[^[:space:]]' and length(r.idempotency_key) <= 200
+          and r.queue ~ '[^[:space:]]' and length(r.queue) <= 200
+          and (r.tenant_id is null
+               or (r.tenant_id ~ '[^[:space:]]' and length(r.tenant_id) <= 200))
+          and r.run_at between v_now - interval '100 years' and v_now + interval '100 years'
+          and r.max_attempts between 1 and 1000
+          and r.priority between -1000 and 1000
+          and not (r.tenant_required and r.tenant_id is null)
+          and (r.concurrency_key is null
+               or (r.concurrency_key ~ '[^[:space:]]' and length(r.concurrency_key) <= 200))
+          and not (r.concurrency_keyed and r.concurrency_key is null)
+          and (r.traceparent is null
+               or (r.traceparent ~ '^[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$'
+                   and left(r.traceparent, 2) <> 'ff'
+                   and substr(r.traceparent, 4, 32) <> repeat('0', 32)
+                   and substr(r.traceparent, 37, 16) <> repeat('0', 16)))
+          and (r.enqueued_by is null
+               or (r.enqueued_by ~ '[^[:space:]]' and length(r.enqueued_by) <= 200))) is not true
    order by r.ord
    limit 1;
   if v_bad_ord is not null then
@@ -578,7 +630,8 @@ begin
                                 v_request.queue, v_request.tenant_id, v_request.run_at,
                                 v_request.max_attempts, v_request.priority,
                                 v_request.tenant_required, v_request.concurrency_key,
-                                v_request.concurrency_keyed);
+                                v_request.concurrency_keyed, v_request.traceparent,
+                                v_request.enqueued_by);
   end if;
 
   v_pending := v_requests;

@@ -616,10 +616,11 @@ declare
   v_blank boolean;
   v_limited boolean;
 begin
-  if queues is null or cardinality(queues) = 0 then
+  if queues is null or cardinality(queues) = 0 or array_ndims(queues) <> 1
+     or cardinality(queues) > 1000 then
     perform jobs._raise(
       'X_JOB_CLAIM_QUEUES_EMPTY',
-      'jobs.claim_v1: queues is empty, so no job could ever be claimed',
+      'jobs.claim_v1: queues must be a one-dimensional array of 1 to 1000 queue names',
       jsonb_build_object('function', 'jobs.claim_v1', 'argument', 'queues'));
   end if;
   -- one statement for what every claim must know first: the queues not paused (a pause is a
@@ -630,22 +631,24 @@ begin
                                                 from jobs.queue_pauses p
                                                where p.queue = q.name)),
                   '{}'),
-         coalesce(bool_or(q.name is null or btrim(q.name) = ''), false),
+         coalesce(bool_or(q.name is null or q.name !~ '[^[:space:]]' or length(q.name) > 200),
+                  false),
          exists (select 1 from jobs.declarations d where d.concurrency is not null)
            or exists (select 1 from jobs.limit_rules)
     into v_queues, v_blank, v_limited
     from unnest(claim_v1.queues) as q(name);
   if v_blank then
-    perform jobs._invalid('jobs.claim_v1', 'queues', 'must not contain NULL or empty names');
+    perform jobs._check_labels('jobs.claim_v1', 'queues', claim_v1.queues);
   end if;
-  if worker_id is null or btrim(worker_id) = '' then
-    perform jobs._invalid('jobs.claim_v1', 'worker_id', 'must be a non-empty worker id');
+  if worker_id is null or worker_id !~ '[^[:space:]]' or length(worker_id) > 200 then
+    perform jobs._check_label('jobs.claim_v1', 'worker_id', claim_v1.worker_id);
   end if;
-  if batch_size is null or batch_size < 1 then
-    perform jobs._invalid('jobs.claim_v1', 'batch_size', 'must be an integer of at least 1');
+  if batch_size is null or batch_size not between 1 and 1000 then
+    perform jobs._invalid('jobs.claim_v1', 'batch_size', 'must be an integer from 1 to 1000');
   end if;
-  if visibility is null or visibility <= interval '0' then
-    perform jobs._invalid('jobs.claim_v1', 'visibility', 'must be a positive interval');
+  if visibility is null or visibility <= interval '0' or visibility > interval '1 day' then
+    perform jobs._invalid('jobs.claim_v1', 'visibility',
+                          'must be a positive interval of at most 1 day');
   end if;
   if drop_exhausted is null then
     perform jobs._invalid('jobs.claim_v1', 'drop_exhausted', 'must be an array (empty for none)');
@@ -827,9 +830,7 @@ stable
 set search_path = pg_catalog, pg_temp
 as $$
 begin
-  if worker_id is null or btrim(worker_id) = '' then
-    perform jobs._invalid('jobs.worker_running_v1', 'worker_id', 'must name the worker');
-  end if;
+  perform jobs._check_label('jobs.worker_running_v1', 'worker_id', worker_running_v1.worker_id);
   return query
     select j.id, j.claims
       from jobs.jobs_live j

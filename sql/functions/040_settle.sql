@@ -26,8 +26,8 @@ begin
   if id is null then
     perform jobs._invalid(function_name, 'id', 'must be a job id');
   end if;
-  if worker_id is null or btrim(worker_id) = '' then
-    perform jobs._invalid(function_name, 'worker_id', 'must be the claiming worker''s id');
+  if worker_id is null or worker_id !~ '[^[:space:]]' or length(worker_id) > 200 then
+    perform jobs._check_label(function_name, 'worker_id', worker_id);
   end if;
   if claim is null then
     perform jobs._invalid(function_name, 'claim', 'must be the claim token jobs.claim_v1 answered');
@@ -87,11 +87,13 @@ as $$
 declare
   v_now timestamptz := jobs._now();
 begin
-  if worker_id is null or btrim(worker_id) = '' then
-    perform jobs._invalid('jobs.ack_many_v1', 'worker_id', 'must be the claiming worker''s id');
+  if worker_id is null or worker_id !~ '[^[:space:]]' or length(worker_id) > 200 then
+    perform jobs._check_label('jobs.ack_many_v1', 'worker_id', ack_many_v1.worker_id);
   end if;
-  if ids is null or claims is null or cardinality(ids) <> cardinality(claims) then
-    perform jobs._invalid('jobs.ack_many_v1', 'ids, claims', 'must be arrays of equal length');
+  if ids is null or claims is null or cardinality(ids) <> cardinality(claims)
+     or coalesce(array_ndims(ids), 1) <> 1 or coalesce(array_ndims(claims), 1) <> 1 then
+    perform jobs._invalid('jobs.ack_many_v1', 'ids, claims',
+                          'must be one-dimensional arrays of equal length');
   end if;
   if array_position(ids, null) is not null or array_position(claims, null) is not null then
     perform jobs._invalid('jobs.ack_many_v1', 'ids, claims', 'must not contain NULL');
@@ -202,6 +204,15 @@ begin
   end if;
   if counts_as_attempt is null then
     perform jobs._invalid('jobs.nack_v1', 'counts_as_attempt', 'must be true or false');
+  end if;
+  -- a failure report is cut to the limit, never refused: a refused nack would leave the attempt
+  -- running until its lease lapsed. No limit is under 1 KiB, so a short report reads none
+  if octet_length(nack_v1.error) > 1024 or octet_length(nack_v1.error_stack) > 1024 then
+    nack_v1.error := jobs._cut(nack_v1.error, jobs._max_bytes('error_text'));
+    nack_v1.error_stack := jobs._cut(nack_v1.error_stack, jobs._max_bytes('error_text'));
+  end if;
+  if length(nack_v1.error_code) > 200 then
+    nack_v1.error_code := left(nack_v1.error_code, 200);
   end if;
 
   select j.attempt, j.max_attempts
@@ -368,8 +379,9 @@ declare
 begin
   perform jobs._check_fence('jobs.heartbeat_v1', heartbeat_v1.id, heartbeat_v1.worker_id,
                             heartbeat_v1.claim);
-  if visibility is null or visibility <= interval '0' then
-    perform jobs._invalid('jobs.heartbeat_v1', 'visibility', 'must be a positive interval');
+  if visibility is null or visibility <= interval '0' or visibility > interval '1 day' then
+    perform jobs._invalid('jobs.heartbeat_v1', 'visibility',
+                          'must be a positive interval of at most 1 day');
   end if;
 
   update jobs.jobs_live j
@@ -423,19 +435,21 @@ as $$
 declare
   v_now timestamptz := jobs._now();
 begin
-  if worker_id is null or btrim(worker_id) = '' then
-    perform jobs._invalid('jobs.heartbeat_many_v1', 'worker_id',
-                          'must be the claiming worker''s id');
+  if worker_id is null or worker_id !~ '[^[:space:]]' or length(worker_id) > 200 then
+    perform jobs._check_label('jobs.heartbeat_many_v1', 'worker_id',
+                              heartbeat_many_v1.worker_id);
   end if;
-  if ids is null or claims is null or cardinality(ids) <> cardinality(claims) then
+  if ids is null or claims is null or cardinality(ids) <> cardinality(claims)
+     or coalesce(array_ndims(ids), 1) <> 1 or coalesce(array_ndims(claims), 1) <> 1 then
     perform jobs._invalid('jobs.heartbeat_many_v1', 'ids, claims',
-                          'must be arrays of equal length');
+                          'must be one-dimensional arrays of equal length');
   end if;
   if array_position(ids, null) is not null or array_position(claims, null) is not null then
     perform jobs._invalid('jobs.heartbeat_many_v1', 'ids, claims', 'must not contain NULL');
   end if;
-  if visibility is null or visibility <= interval '0' then
-    perform jobs._invalid('jobs.heartbeat_many_v1', 'visibility', 'must be a positive interval');
+  if visibility is null or visibility <= interval '0' or visibility > interval '1 day' then
+    perform jobs._invalid('jobs.heartbeat_many_v1', 'visibility',
+                          'must be a positive interval of at most 1 day');
   end if;
 
   return query

@@ -69,12 +69,27 @@ declare
 begin
   perform jobs._check_fence('jobs.record_step_v1', record_step_v1.id, record_step_v1.worker_id,
                             record_step_v1.claim);
-  if name is null or name = '' then
-    perform jobs._invalid('jobs.record_step_v1', 'name', 'must be a non-empty step name');
+  if name is null or name !~ '[^[:space:]]' or length(name) > 200 then
+    perform jobs._check_label('jobs.record_step_v1', 'name', record_step_v1.name);
   end if;
   if status is null or not (status = any(jobs.step_statuses())) then
     perform jobs._invalid('jobs.record_step_v1', 'status',
                           'must be one of ' || array_to_string(jobs.step_statuses(), ', '));
+  end if;
+  -- no limit is under 1 KiB, so a small output reads none
+  if pg_column_size(record_step_v1.output) > 1024
+     or pg_column_compression(record_step_v1.output) is not null then
+    perform jobs._check_bytes('jobs.record_step_v1', 'output',
+                              jobs._json_bytes(record_step_v1.output), 'step_output');
+  end if;
+  -- a step's failure is a report, cut to the limit as jobs.nack_v1 cuts one
+  if octet_length(record_step_v1.error) > 1024 then
+    record_step_v1.error := jobs._cut(record_step_v1.error, jobs._max_bytes('error_text'));
+  end if;
+  if wake_at is not null
+     and not (wake_at between v_now - interval '100 years' and v_now + interval '100 years') then
+    perform jobs._invalid('jobs.record_step_v1', 'wake_at',
+                          'must be NULL or an instant within 100 years of now');
   end if;
 
   select j.run_id, j.state, j.claimed_by, j.claims

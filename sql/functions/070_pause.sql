@@ -13,9 +13,9 @@ volatile
 set search_path = pg_catalog, pg_temp
 as $$
 begin
-  if queue is null or btrim(queue) = '' then
-    perform jobs._invalid('jobs.pause_queue', 'queue', 'must be a non-empty queue name');
-  end if;
+  perform jobs._check_label('jobs.pause_queue', 'queue', pause_queue.queue);
+  perform jobs._check_label('jobs.pause_queue', 'paused_by', pause_queue.paused_by,
+                            required => false);
   insert into jobs.queue_pauses as p (queue, paused_at, paused_by)
   values (pause_queue.queue, jobs._now(), pause_queue.paused_by)
   on conflict on constraint queue_pauses_pkey do nothing;
@@ -24,8 +24,9 @@ end;
 $$;
 
 -- jobs.resume_queue: hand out the jobs of `queue` again, and wake its workers.
--- Arguments: queue. Answers true when this call resumed it, false when it was not paused.
--- Raises X_ARGUMENT_INVALID.
+-- Arguments: queue (any length: a pause stored before names were limited to 200 characters is
+-- lifted too, without a wake, since no worker can serve such a queue). Answers true when this
+-- call resumed it, false when it was not paused. Raises X_ARGUMENT_INVALID.
 create function jobs.resume_queue(queue text)
 returns boolean
 language plpgsql
@@ -33,13 +34,15 @@ volatile
 set search_path = pg_catalog, pg_temp
 as $$
 begin
-  if queue is null or btrim(queue) = '' then
-    perform jobs._invalid('jobs.resume_queue', 'queue', 'must be a non-empty queue name');
+  if queue is null or queue !~ '[^[:space:]]' then
+    perform jobs._check_label('jobs.resume_queue', 'queue', resume_queue.queue);
   end if;
   delete from jobs.queue_pauses p
    where p.queue = resume_queue.queue;
   if found then
-    perform pg_notify('jobs_wake', resume_queue.queue);
+    if length(resume_queue.queue) <= 200 then
+      perform pg_notify('jobs_wake', resume_queue.queue);
+    end if;
     return true;
   end if;
   return false;

@@ -57,6 +57,7 @@ begin
   if id is null then
     perform jobs._invalid('jobs.requeue', 'id', 'must be a job id');
   end if;
+  perform jobs._check_label('jobs.requeue', 'from_step', requeue.from_step, required => false);
 
   select j.state into v_live from jobs.jobs_live j where j.id = requeue.id;
   if v_live is null then

@@ -21,6 +21,10 @@ begin
   if id is null then
     perform jobs._invalid('jobs.cancel', 'id', 'must be a job id');
   end if;
+  if length(reason) > 1000 then
+    perform jobs._invalid('jobs.cancel', 'reason',
+                          format('must be at most 1000 characters, got %s', length(reason)));
+  end if;
 
   with gone as (
     delete from jobs.jobs_live j

@@ -87,7 +87,8 @@ begin
                               coalesce(outbox_stage.priority, v_declared.priority, 0),
                               coalesce(v_declared.tenant_required, false),
                               outbox_stage.concurrency_key,
-                              coalesce(v_declared.concurrency_keyed, false));
+                              coalesce(v_declared.concurrency_keyed, false),
+                              outbox_stage.traceparent, outbox_stage.enqueued_by);
 
   -- silent while a committed row waits unclaimed: its relay is already on the way. In the
   -- unpublished index's order, so the test reads waiting rows only: as an exists, the planner
@@ -130,9 +131,7 @@ stable
 set search_path = pg_catalog, pg_temp
 as $$
 begin
-  if relay_id is null or btrim(relay_id) = '' then
-    perform jobs._invalid(function_name, 'relay_id', 'must name the claiming relay');
-  end if;
+  perform jobs._check_label(function_name, 'relay_id', relay_id);
   if ids is null or array_position(ids, null) is not null then
     perform jobs._invalid(function_name, 'ids', 'must be an array of outbox ids without NULL');
   end if;
@@ -163,8 +162,8 @@ declare
   v_held_from jobs.outbox%rowtype;
 begin
   perform jobs._check_relay('jobs.outbox_claim', outbox_claim.relay_id, '{}');
-  if batch_size is null or batch_size < 1 then
-    perform jobs._invalid('jobs.outbox_claim', 'batch_size', 'must be an integer of at least 1');
+  if batch_size is null or batch_size not between 1 and 10000 then
+    perform jobs._invalid('jobs.outbox_claim', 'batch_size', 'must be an integer from 1 to 10000');
   end if;
   if lease is null or lease <= interval '0' or lease > interval '1 day' then
     perform jobs._invalid('jobs.outbox_claim', 'lease', 'must be a positive interval of at most a day');

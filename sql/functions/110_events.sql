@@ -50,12 +50,14 @@ declare
   v_id uuid := jobs._uuid_v7();
   v_queue text;
 begin
-  if name is null or btrim(name) = '' then
-    perform jobs._invalid('jobs.publish_event', 'name', 'must be a non-empty event name');
-  end if;
+  perform jobs._check_label('jobs.publish_event', 'name', publish_event.name);
+  perform jobs._check_label('jobs.publish_event', 'correlation_key', publish_event.correlation_key,
+                            required => false);
   if payload is null then
     perform jobs._invalid('jobs.publish_event', 'payload', 'must be a JSON value (''{}'' for none)');
   end if;
+  perform jobs._check_bytes('jobs.publish_event', 'payload', jobs._json_bytes(publish_event.payload),
+                            'input');
   if ttl is null or ttl <= interval '0' or ttl > interval '10 years' then
     perform jobs._invalid('jobs.publish_event', 'ttl', 'must be a positive interval of at most 10 years');
   end if;
@@ -109,9 +111,7 @@ declare
   v_now timestamptz := jobs._now();
   v_lookup jobs.event_lookup;
 begin
-  if name is null or btrim(name) = '' then
-    perform jobs._invalid('jobs.find_event', 'name', 'must be a non-empty event name');
-  end if;
+  perform jobs._check_label('jobs.find_event', 'name', find_event.name);
   select true, e.id, e.payload, e.published_at, v_now
     into v_lookup
     from jobs.events e

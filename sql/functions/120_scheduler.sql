@@ -44,9 +44,7 @@ as $$
 declare
   v_state jobs.task_state;
 begin
-  if task is null or btrim(task) = '' then
-    perform jobs._invalid('jobs.scheduler_arm', 'task', 'must be a non-empty task name');
-  end if;
+  perform jobs._check_label('jobs.scheduler_arm', 'task', scheduler_arm.task);
   if watermark is null or not isfinite(watermark) then
     perform jobs._invalid('jobs.scheduler_arm', 'watermark', 'must be a finite instant');
   end if;
@@ -88,9 +86,7 @@ declare
   v_paused boolean;
   v_requests jsonb;
 begin
-  if task is null or btrim(task) = '' then
-    perform jobs._invalid('jobs.scheduler_fire', 'task', 'must be a non-empty task name');
-  end if;
+  perform jobs._check_label('jobs.scheduler_fire', 'task', scheduler_fire.task);
   if occurrence is null or not isfinite(occurrence) then
     perform jobs._invalid('jobs.scheduler_fire', 'occurrence', 'must be a finite instant');
   end if;
@@ -177,9 +173,8 @@ as $$
 declare
   v_now timestamptz := jobs._now();
 begin
-  if holder is null or btrim(holder) = '' then
-    perform jobs._invalid('jobs.scheduler_lead', 'holder', 'must name the scheduler node');
-  end if;
+  perform jobs._check_label('jobs.scheduler_lead', 'holder', scheduler_lead.holder);
+  perform jobs._check_label('jobs.scheduler_lead', 'name', scheduler_lead.name);
   if ttl is null or ttl <= interval '0' or ttl > interval '1 hour' then
     perform jobs._invalid('jobs.scheduler_lead', 'ttl', 'must be a positive interval of at most an hour');
   end if;

@@ -28,11 +28,9 @@ stable
 set search_path = pg_catalog, pg_temp
 as $$
 begin
-  if worker_id is null or btrim(worker_id) = '' then
-    perform jobs._invalid(function_name, 'worker_id', 'must be a non-empty worker id');
-  end if;
-  if ttl is null or ttl <= interval '0' then
-    perform jobs._invalid(function_name, 'ttl', 'must be a positive interval');
+  perform jobs._check_label(function_name, 'worker_id', worker_id);
+  if ttl is null or ttl <= interval '0' or ttl > interval '1 day' then
+    perform jobs._invalid(function_name, 'ttl', 'must be a positive interval of at most 1 day');
   end if;
 end;
 $$;
@@ -61,14 +59,12 @@ declare
 begin
   perform jobs._check_worker('jobs.worker_announce', worker_announce.worker_id,
                              worker_announce.ttl);
-  if host is null or btrim(host) = '' then
-    perform jobs._invalid('jobs.worker_announce', 'host', 'must be a non-empty host name');
-  end if;
+  perform jobs._check_label('jobs.worker_announce', 'host', worker_announce.host);
   if pid is null or pid < 0 then
     perform jobs._invalid('jobs.worker_announce', 'pid', 'must be a process id of at least 0');
   end if;
-  if queues is null or cardinality(queues) = 0
-     or exists (select 1 from unnest(queues) q where q is null or btrim(q) = '') then
+  perform jobs._check_labels('jobs.worker_announce', 'queues', worker_announce.queues);
+  if cardinality(queues) = 0 then
     perform jobs._invalid('jobs.worker_announce', 'queues',
                           'must be a non-empty array of non-empty queue names');
   end if;
@@ -114,9 +110,10 @@ declare
 begin
   perform jobs._check_worker('jobs.worker_heartbeat', worker_heartbeat.worker_id,
                              worker_heartbeat.ttl);
-  if in_flight is null or array_position(in_flight, null) is not null then
+  if in_flight is null or array_position(in_flight, null) is not null
+     or coalesce(array_ndims(in_flight), 1) <> 1 then
     perform jobs._invalid('jobs.worker_heartbeat', 'in_flight',
-                          'must be an array of job ids (empty for none)');
+                          'must be a one-dimensional array of job ids (empty for none)');
   end if;
 
   update jobs.workers w

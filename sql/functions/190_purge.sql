@@ -184,15 +184,12 @@ declare
   v_runs uuid[];
   v_day text;
 begin
-  if done_after is null or done_after < interval '0' then
-    perform jobs._invalid('jobs.purge', 'done_after', 'must be an interval of 0 or more');
-  end if;
-  if ended_after is null or ended_after < interval '0' then
-    perform jobs._invalid('jobs.purge', 'ended_after', 'must be an interval of 0 or more');
-  end if;
-  if published_after is null or published_after < interval '0' then
-    perform jobs._invalid('jobs.purge', 'published_after', 'must be an interval of 0 or more');
-  end if;
+  perform jobs._check_interval('jobs.purge', 'done_after', purge.done_after, interval '0',
+                               interval '100 years');
+  perform jobs._check_interval('jobs.purge', 'ended_after', purge.ended_after, interval '0',
+                               interval '100 years');
+  perform jobs._check_interval('jobs.purge', 'published_after', purge.published_after, interval '0',
+                               interval '100 years');
   if batch_size is null or batch_size < 1 or batch_size > 10000 then
     perform jobs._invalid('jobs.purge', 'batch_size', 'must be between 1 and 10000');
   end if;

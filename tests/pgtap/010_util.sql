@@ -4,7 +4,7 @@ begin;
 select plan(36);
 
 -- jobs.version: the installed schema version is the newest revision's number
-select is(jobs.version(), 8, 'jobs.version() answers 8, the test clock opt-in''s revision');
+select is(jobs.version(), 9, 'jobs.version() answers 9, the argument bounds'' revision');
 
 -- jobs._now honours durajobs.now, and follows it when it changes mid-transaction
 set local durajobs.now = '2026-01-01 00:00:00+00';

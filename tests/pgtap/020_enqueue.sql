@@ -258,7 +258,7 @@ create temporary table many_1 on commit drop as
       {"name": "m-a", "input": {"n": 1}, "idempotency_key": "k-m1"},
       {"name": "m-b", "input": {"n": 2}, "idempotency_key": "k-m2", "queue": "mail",
        "run_at": "2026-01-01 01:00:00+00", "priority": 3, "max_attempts": 5, "tenant_id": "acme",
-       "traceparent": "tp", "enqueued_by": "me"},
+       "traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01", "enqueued_by": "me"},
       {"name": "m-c", "input": {"n": 3}, "idempotency_key": "k-m3"}
     ]$$) with ordinality as r(id, run_id, deduped, ord);
 select results_eq(
@@ -272,7 +272,7 @@ select results_eq(
   $$select j.queue, j.state, j.priority, j.max_attempts, j.tenant_id, j.traceparent, j.enqueued_by,
            jsonb_typeof(j.input)
       from many_1 m join jobs.jobs j on j.id = m.id where m.ord = 2$$,
-  $$values ('mail', 'delayed', 3, 5, 'acme', 'tp', 'me', 'object')$$,
+  $$values ('mail', 'delayed', 3, 5, 'acme', '00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01', 'me', 'object')$$,
   'enqueue_many stores every field given, and a future run_at gives delayed');
 select results_eq(
   $$select j.queue, j.state, j.priority, j.max_attempts, j.tenant_id, j.run_at

@@ -347,7 +347,7 @@ select is((select count(*) from jobs.worker_running_v1('w-held')), 1::bigint,
 select is((select count(*) from jobs.worker_running_v1('nobody')), 0::bigint,
           'a worker holding nothing gets no row');
 select throws_ok($$select * from jobs.worker_running_v1(' ')$$, 'JQ001',
-                 'X_ARGUMENT_INVALID: jobs.worker_running_v1: worker_id must name the worker',
+                 'X_ARGUMENT_INVALID: jobs.worker_running_v1: worker_id must not be blank (empty or only whitespace)',
                  'a blank worker_id is refused');
 
 select * from finish();

@@ -122,7 +122,7 @@ select is(jobs_test.worker('w-sweeper'), null,
 select throws_ok(
   $$select jobs.worker_announce(worker_id => '', host => 'h', pid => 1, queues => array['q'],
                                 slots => 1)$$,
-  'JQ001', 'X_ARGUMENT_INVALID: jobs.worker_announce: worker_id must be a non-empty worker id',
+  'JQ001', 'X_ARGUMENT_INVALID: jobs.worker_announce: worker_id must not be blank (empty or only whitespace)',
   'announce with an empty worker_id raises JQ001 naming worker_id');
 select throws_ok(
   $$select jobs.worker_announce(worker_id => '   ', host => 'h', pid => 1, queues => array['q'],
@@ -135,7 +135,7 @@ select throws_ok(
 select throws_ok(
   $$select jobs.worker_announce(worker_id => 'w', host => '  ', pid => 1, queues => array['q'],
                                 slots => 1)$$,
-  'JQ001', 'X_ARGUMENT_INVALID: jobs.worker_announce: host must be a non-empty host name',
+  'JQ001', 'X_ARGUMENT_INVALID: jobs.worker_announce: host must not be blank (empty or only whitespace)',
   'announce with a blank host raises JQ001 naming host');
 select throws_ok(
   $$select jobs.worker_announce(worker_id => 'w', host => null, pid => 1, queues => array['q'],
@@ -185,7 +185,7 @@ select throws_ok(
 select throws_ok(
   $$select jobs.worker_announce(worker_id => 'w', host => 'h', pid => 1, queues => array['q'],
                                 slots => 1, ttl => '0')$$,
-  'JQ001', 'X_ARGUMENT_INVALID: jobs.worker_announce: ttl must be a positive interval',
+  'JQ001', 'X_ARGUMENT_INVALID: jobs.worker_announce: ttl must be a positive interval of at most 1 day',
   'announce with ttl 0 raises JQ001 naming ttl');
 select throws_ok(
   $$select jobs.worker_announce(worker_id => 'w', host => 'h', pid => 1, queues => array['q'],
@@ -253,7 +253,7 @@ select throws_ok(
   $$select jobs.worker_heartbeat(worker_id => 'w-hb',
                                  in_flight => array[gen_random_uuid(), null])$$,
   'JQ001',
-  'X_ARGUMENT_INVALID: jobs.worker_heartbeat: in_flight must be an array of job ids (empty for '
+  'X_ARGUMENT_INVALID: jobs.worker_heartbeat: in_flight must be a one-dimensional array of job ids (empty for '
     || 'none)',
   'heartbeat with a NULL in the in_flight array raises JQ001 naming in_flight');
 select throws_ok(

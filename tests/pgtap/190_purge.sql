@@ -86,13 +86,13 @@ $$;
 -- arguments
 
 select throws_ok($$ select jobs.purge(done_after => interval '-1 second') $$, 'JQ001',
-                 'X_ARGUMENT_INVALID: jobs.purge: done_after must be an interval of 0 or more',
+                 'X_ARGUMENT_INVALID: jobs.purge: done_after must be an interval from 00:00:00 to 100 years, got -00:00:01',
                  'a negative done_after is refused');
 select throws_ok($$ select jobs.purge(ended_after => null) $$, 'JQ001',
-                 'X_ARGUMENT_INVALID: jobs.purge: ended_after must be an interval of 0 or more',
+                 'X_ARGUMENT_INVALID: jobs.purge: ended_after must be an interval from 00:00:00 to 100 years, got NULL',
                  'a null ended_after is refused');
 select throws_ok($$ select jobs.purge(published_after => interval '-1 day') $$, 'JQ001',
-                 'X_ARGUMENT_INVALID: jobs.purge: published_after must be an interval of 0 or more',
+                 'X_ARGUMENT_INVALID: jobs.purge: published_after must be an interval from 00:00:00 to 100 years, got -1 days',
                  'a negative published_after is refused');
 select throws_ok($$ select jobs.purge(batch_size => 0) $$, 'JQ001',
                  'X_ARGUMENT_INVALID: jobs.purge: batch_size must be between 1 and 10000',

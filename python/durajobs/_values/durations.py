@@ -60,8 +60,9 @@ def parse_duration(value: Duration, *, field: str) -> timedelta:
     return result
 
 
-def positive_count(value: object, *, field: str) -> int:
-    """Return `value` as a whole number of at least 1, or raise X_JOB_DECLARATION_INVALID."""
+def positive_count(value: object, *, field: str, most: int | None = None) -> int:
+    """Return `value` as a whole number from 1 to `most` (no bound when None), or raise
+    X_JOB_DECLARATION_INVALID."""
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise DeclarationInvalid(
             f"{field} must be a whole number, got {value!r}", detail={"field": field}
@@ -69,5 +70,9 @@ def positive_count(value: object, *, field: str) -> int:
     if not math.isfinite(value) or value != int(value) or value < 1:
         raise DeclarationInvalid(
             f"{field} must be a whole number of at least 1, got {value!r}", detail={"field": field}
+        )
+    if most is not None and value > most:
+        raise DeclarationInvalid(
+            f"{field} must be at most {most}, got {value!r}", detail={"field": field}
         )
     return int(value)

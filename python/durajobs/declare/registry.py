@@ -43,6 +43,9 @@ I = TypeVar("I", bound=BaseModel)  # noqa: E741 - the input model, as in Job[I]
 T = TypeVar("T")
 
 DEFAULT_QUEUE = "default"
+# the bounds jobs.declare_job and jobs.enqueue hold every name and priority to (011_bounds.sql)
+MAX_NAME_LENGTH = 200
+MAX_PRIORITY = 1000
 NO_TENANT: Literal["none"] = "none"
 
 Handler = Callable[[Any], Any] | Callable[[Any], Awaitable[Any]]
@@ -380,9 +383,10 @@ class Registry:
 
         `concurrency=N` runs at most N attempts of the job at once across every worker;
         `concurrency=Concurrency(key=lambda input: ..., limit=N)` at most N per key."""
-        if not isinstance(name, str) or not name.strip():
+        if not isinstance(name, str) or not name.strip() or len(name) > MAX_NAME_LENGTH:
             raise DeclarationInvalid(
-                "a job needs an explicit, non-empty name", detail={"field": "name"}
+                f"a job needs an explicit, non-blank name of at most {MAX_NAME_LENGTH} characters",
+                detail={"field": "name"},
             )
         if name in self._jobs:
             raise JobDuplicate(f"a job named {name!r} is already declared", detail={"job": name})
@@ -400,14 +404,21 @@ class Registry:
                 f"job {name} declares no tenant: a function of the input, or 'none'",
                 detail={"job": name},
             )
-        if not isinstance(queue, str) or not queue.strip():
+        if not isinstance(queue, str) or not queue.strip() or len(queue) > MAX_NAME_LENGTH:
             raise DeclarationInvalid(
-                f"job {name}: queue must be a non-empty name", detail={"field": "queue"}
+                f"job {name}: queue must be a non-blank name of at most {MAX_NAME_LENGTH} "
+                "characters",
+                detail={"field": "queue"},
             )
         limit = parse_concurrency(name, concurrency)
-        if isinstance(priority, bool) or not isinstance(priority, int):
+        if (
+            isinstance(priority, bool)
+            or not isinstance(priority, int)
+            or not -MAX_PRIORITY <= priority <= MAX_PRIORITY
+        ):
             raise DeclarationInvalid(
-                f"job {name}: priority must be an integer (lower runs first), got {priority!r}",
+                f"job {name}: priority must be an integer from {-MAX_PRIORITY} to {MAX_PRIORITY} "
+                f"(lower runs first), got {priority!r}",
                 detail={"field": "priority"},
             )
 

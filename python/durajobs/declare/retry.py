@@ -18,6 +18,8 @@ from durajobs._values.durations import Duration, parse_duration, positive_count
 from durajobs.errors import DeclarationInvalid, ErrorCodeDuplicate
 
 DEFAULT_ATTEMPTS = 20
+# the most attempts jobs.enqueue takes (max_attempts from 1 to 1000)
+MAX_ATTEMPTS = 1000
 DEFAULT_DELAY = timedelta(seconds=1)
 DEFAULT_MAX_DELAY = timedelta(hours=1)
 STATED_DELAY_SPREAD = 1.25  # a retry-after is spread over [d, 1.25 d]
@@ -84,7 +86,11 @@ class RetryPolicy:
 
     def __post_init__(self) -> None:
         # every construction is checked, RetryPolicy(...) as much as RetryPolicy.of(...)
-        object.__setattr__(self, "attempts", positive_count(self.attempts, field="retry.attempts"))
+        object.__setattr__(
+            self,
+            "attempts",
+            positive_count(self.attempts, field="retry.attempts", most=MAX_ATTEMPTS),
+        )
         if self.backoff not in ("exponential", "linear", "fixed"):
             raise DeclarationInvalid(
                 f"retry.backoff must be exponential, linear or fixed, got {self.backoff!r}",
@@ -116,7 +122,7 @@ class RetryPolicy:
                 detail={"field": "retry.backoff"},
             )
         return cls(
-            attempts=positive_count(attempts, field="retry.attempts"),
+            attempts=positive_count(attempts, field="retry.attempts", most=MAX_ATTEMPTS),
             backoff=backoff,
             delay=parse_duration(delay, field="retry.delay"),
             max_delay=parse_duration(max_delay, field="retry.max_delay"),
