@@ -170,6 +170,23 @@ class SchemaVersionMismatch(DurajobsError):
     code = "X_SCHEMA_VERSION_MISMATCH"
 
 
+# Postgres' own refusal (42501), raised before any durajobs function runs: the login holds none
+# of the durajobs roles, so it may not even use the schema
+INSUFFICIENT_PRIVILEGE = "42501"
+
+
+def _refused_by_postgres(error: psycopg.Error) -> PermissionDenied:
+    message = error.diag.message_primary or str(error)
+    translated = PermissionDenied(
+        f"X_PERMISSION_DENIED: {message}",
+        detail={"sqlstate": INSUFFICIENT_PRIVILEGE},
+        hint="connect as a login granted durajobs_enqueuer, durajobs_worker or durajobs_operator "
+        "(made by `durajobs roles`, see docs/operations.md, Security)",
+    )
+    translated.__cause__ = error
+    return translated
+
+
 def from_database_error(error: psycopg.Error) -> Exception:
     """Translate a driver error into its durajobs class, or hand it back unchanged.
 
@@ -177,6 +194,8 @@ def from_database_error(error: psycopg.Error) -> Exception:
     message text.
     """
     sqlstate = error.sqlstate
+    if sqlstate == INSUFFICIENT_PRIVILEGE:
+        return _refused_by_postgres(error)
     cls = _BY_SQLSTATE.get(sqlstate) if sqlstate else None
     if cls is None:
         return error

@@ -67,6 +67,7 @@ $$;
 create function jobs.prepare_history(days integer default 2)
 returns integer
 language plpgsql
+security definer
 volatile
 set search_path = pg_catalog, pg_temp
 as $$
@@ -76,6 +77,7 @@ declare
   v_from timestamptz;
   v_made integer := 0;
 begin
+  perform jobs._require(array['worker', 'operator'], 'jobs.prepare_history');
   if days is null or days < 0 or days > 31 then
     perform jobs._invalid('jobs.prepare_history', 'days', 'must be between 0 and 31');
   end if;

@@ -7,10 +7,11 @@
 create function jobs.version()
 returns integer
 language sql
+security definer
 stable
 set search_path = pg_catalog, pg_temp
 as $$
-  select 9
+  select 10
 $$;
 
 -- jobs._now: the one clock every function reads: the transaction's now(). A database whose
@@ -36,28 +37,22 @@ $$;
 create function jobs.use_test_clock(enabled boolean default true)
 returns boolean
 language plpgsql
+security definer
 volatile
 set search_path = pg_catalog, pg_temp
 as $$
 begin
+  perform jobs._require_owner('jobs.use_test_clock', 'switch the test clock');
   if enabled is null then
     perform jobs._invalid('jobs.use_test_clock', 'enabled', 'must be true or false');
   end if;
-  begin
-    execute format(
-      'create or replace function jobs._now() returns timestamptz language sql stable '
-      'set search_path = pg_catalog, pg_temp as %L',
-      case when enabled
-           then 'select coalesce(nullif(current_setting(''durajobs.now'', true), '''')'
-                '::timestamptz, now())'
-           else 'select now()' end);
-  exception
-    when insufficient_privilege then
-      perform jobs._raise(
-        'X_PERMISSION_DENIED',
-        'jobs.use_test_clock: only the owner of jobs._now may switch the test clock',
-        jsonb_build_object('function', 'jobs.use_test_clock'));
-  end;
+  execute format(
+    'create or replace function jobs._now() returns timestamptz language sql stable '
+    'set search_path = pg_catalog, pg_temp as %L',
+    case when enabled
+         then 'select coalesce(nullif(current_setting(''durajobs.now'', true), '''')'
+              '::timestamptz, now())'
+         else 'select now()' end);
   return enabled;
 end;
 $$;
@@ -107,6 +102,7 @@ $$;
 create function jobs.job_states()
 returns text[]
 language sql
+security definer
 immutable
 set search_path = pg_catalog, pg_temp
 as $$
@@ -118,6 +114,7 @@ $$;
 create function jobs.live_states()
 returns text[]
 language sql
+security definer
 immutable
 set search_path = pg_catalog, pg_temp
 as $$
@@ -129,6 +126,7 @@ $$;
 create function jobs.step_statuses()
 returns text[]
 language sql
+security definer
 immutable
 set search_path = pg_catalog, pg_temp
 as $$
@@ -173,7 +171,7 @@ insert into jobs.error_codes (code, sqlstate, fix) values
   ('X_JOB_TENANT_REQUIRED', 'JQ017',
    'declare tenant=lambda input: input.org_id, or tenant=''none'' for a job with no tenant; from SQL pass tenant_id => the tenant the job acts for'),
   ('X_PERMISSION_DENIED', 'JQ018',
-   'run it as the role that owns the schema jobs (the role that ran durajobs migrate)');
+   'call it as a login granted the role the message names (jobs.grant_roles, docs/operations.md), or as the owner of schema jobs');
 
 -- jobs._raise: raise the registered error `code` with its SQLSTATE, a message that starts with
 -- the code, structured detail (a JSON object that always carries the code) and the fix as hint.

@@ -239,19 +239,21 @@ as $$
 $$;
 
 -- jobs.set_size_limit: set the size limit `name` ('input', 'step_output' or 'error_text') to
--- max_bytes (1 KiB to 100 MiB). Rows already stored stay as they are. Only a role that may
--- update jobs.size_limits can (its owner, unless granted).
+-- max_bytes (1 KiB to 100 MiB). Rows already stored stay as they are. Only the owner of schema
+-- jobs (or a member of its role) can.
 -- Answers the previous limit. Raises X_ARGUMENT_INVALID, X_PERMISSION_DENIED. Locks the limit's
 -- row.
 create function jobs.set_size_limit(name text, max_bytes integer)
 returns integer
 language plpgsql
+security definer
 volatile
 set search_path = pg_catalog, pg_temp
 as $$
 declare
   v_previous integer;
 begin
+  perform jobs._require_owner('jobs.set_size_limit', 'change a size limit');
   if name is null or name not in ('input', 'step_output', 'error_text') then
     perform jobs._invalid('jobs.set_size_limit', 'name',
                           'must be ''input'', ''step_output'' or ''error_text''');
@@ -259,12 +261,6 @@ begin
   if max_bytes is null or max_bytes < 1024 or max_bytes > 104857600 then
     perform jobs._invalid('jobs.set_size_limit', 'max_bytes',
                           'must be from 1024 (1 KiB) to 104857600 (100 MiB)');
-  end if;
-  if not has_table_privilege('jobs.size_limits', 'update') then
-    perform jobs._raise(
-      'X_PERMISSION_DENIED',
-      'jobs.set_size_limit: only the owner of jobs.size_limits may change a size limit',
-      jsonb_build_object('function', 'jobs.set_size_limit'));
   end if;
   select l.max_bytes into v_previous from jobs.size_limits l where l.name = set_size_limit.name;
   update jobs.size_limits l

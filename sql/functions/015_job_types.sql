@@ -90,6 +90,7 @@ create function jobs.declare_job(
 )
 returns jobs.declare_result
 language plpgsql
+security definer
 volatile
 set search_path = pg_catalog, pg_temp
 as $$
@@ -98,6 +99,7 @@ declare
   v_stored jobs.declarations;
   v_differences jsonb;
 begin
+  perform jobs._require(array['worker'], 'jobs.declare_job');
   perform jobs._check_label('jobs.declare_job', 'name', declare_job.name);
   perform jobs._check_label('jobs.declare_job', 'queue', declare_job.queue);
   if declare_job.max_attempts is null or declare_job.max_attempts not between 1 and 1000 then
@@ -213,9 +215,11 @@ $$;
 create function jobs.job_types()
 returns setof jobs.job_type
 language sql
+security definer
 stable
 set search_path = pg_catalog, pg_temp
 as $$
+  select jobs._require(array['enqueuer'], 'jobs.job_types');
   select t.name, t.queue, t.max_attempts, t.priority, t.tenant_required, t.retry, t.timeout,
          t.input_schema, t.declared_by, t.declared_at, t.seen_at, t.concurrency,
          t.concurrency_keyed, t.when_busy
@@ -229,10 +233,12 @@ $$;
 create function jobs.forget_job_type(name text)
 returns boolean
 language plpgsql
+security definer
 volatile
 set search_path = pg_catalog, pg_temp
 as $$
 begin
+  perform jobs._require(array['worker', 'operator'], 'jobs.forget_job_type');
   perform jobs._check_label('jobs.forget_job_type', 'name', forget_job_type.name);
   delete from jobs.declarations t where t.name = forget_job_type.name;
   if not found then

@@ -279,12 +279,14 @@ create function jobs.set_limit(
 )
 returns jobs.limit_rule
 language plpgsql
+security definer
 volatile
 set search_path = pg_catalog, pg_temp
 as $$
 declare
   v_rule jobs.limit_rules;
 begin
+  perform jobs._require(array['operator'], 'jobs.set_limit');
   perform jobs._check_selector('jobs.set_limit', set_limit.queue, set_limit.tenant_id,
                                set_limit.every_tenant);
   if set_limit.concurrency is null and set_limit.rate is null then
@@ -339,12 +341,14 @@ create function jobs.clear_limit(
 )
 returns boolean
 language plpgsql
+security definer
 volatile
 set search_path = pg_catalog, pg_temp
 as $$
 declare
   v_id bigint;
 begin
+  perform jobs._require(array['operator'], 'jobs.clear_limit');
   perform jobs._check_selector('jobs.clear_limit', clear_limit.queue, clear_limit.tenant_id,
                                clear_limit.every_tenant);
   if kind is null or kind not in ('concurrency', 'rate', 'all') then

@@ -6,8 +6,8 @@
 -- rule; a name with none enqueues with the built-in ones), jobs.limit_rules (read: whether a
 -- limit counts the row, its capped flag). Locks: the unique indexes only (an insert that meets an
 -- uncommitted twin waits for that transaction, as any unique insert does).
--- Wake: pg_notify('jobs_wake', <queue>) at most once per queue per 250 ms slot, for rows due
--- within 1 s, never for a dedupe. The throttle is in the statement because NOTIFY serialises
+-- Wake: pg_notify('jobs_wake', <the queue's wake token, 013_wake>) at most once per queue per
+-- 250 ms slot, for rows due within 1 s, never for a dedupe. The throttle is in the statement because NOTIFY serialises
 -- committing transactions; the workers' poll remains the guarantee.
 
 create type jobs.enqueue_result as (
@@ -243,7 +243,7 @@ begin
           and after_mine.run_at <= after_mine.created_at + interval '1 second') then
     return false;
   end if;
-  perform pg_notify('jobs_wake', _announce.queue);
+  perform pg_notify('jobs_wake', jobs._wake_token(_announce.queue));
   return true;
 end;
 $$;
@@ -284,6 +284,7 @@ create function jobs.enqueue(
 )
 returns jobs.enqueue_result
 language plpgsql
+security definer
 volatile
 set search_path = pg_catalog, pg_temp
 as $$
@@ -298,6 +299,11 @@ declare
   v_max_attempts integer;
   v_priority integer;
 begin
+  -- the caller's kind, inline: a call of jobs._require costs a hot call more than the test
+  if not (pg_has_role(coalesce(nullif(current_setting('role'), 'none'), session_user)::name,
+                     jobs._role_name('enqueuer'), 'usage')) then
+    perform jobs._denied(array['enqueuer'], 'jobs.enqueue');
+  end if;
   select t.queue, t.max_attempts, t.priority, t.tenant_required, t.concurrency,
          t.concurrency_keyed
     into v_declared
@@ -503,6 +509,7 @@ $$;
 create function jobs.enqueue_many(requests jsonb, on_conflict text default 'dedupe')
 returns setof jobs.enqueue_result
 language plpgsql
+security definer
 volatile
 set search_path = pg_catalog, pg_temp
 as $$
@@ -528,6 +535,11 @@ declare
   v_any_rules boolean := exists (select 1 from jobs.limit_rules);
   v_max_input integer := jobs._max_bytes('input');
 begin
+  -- the caller's kind, inline: a call of jobs._require costs a hot call more than the test
+  if not (pg_has_role(coalesce(nullif(current_setting('role'), 'none'), session_user)::name,
+                     jobs._role_name('enqueuer'), 'usage')) then
+    perform jobs._denied(array['enqueuer'], 'jobs.enqueue_many');
+  end if;
   perform jobs._check_on_conflict('jobs.enqueue_many', enqueue_many.on_conflict);
   if requests is null or jsonb_typeof(requests) <> 'array' then
     perform jobs._invalid('jobs.enqueue_many', 'requests', 'must be a JSON array of job objects');

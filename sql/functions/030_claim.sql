@@ -602,6 +602,7 @@ create function jobs.claim_v1(
 )
 returns setof jobs.claimed_job
 language plpgsql
+security definer
 volatile
 set search_path = pg_catalog, pg_temp
 -- the statements' plans are kept: re-planning them on every call, as the plan cache would
@@ -616,6 +617,11 @@ declare
   v_blank boolean;
   v_limited boolean;
 begin
+  -- the caller's kind, inline: a call of jobs._require costs a hot call more than the test
+  if not (pg_has_role(coalesce(nullif(current_setting('role'), 'none'), session_user)::name,
+                     jobs._role_name('worker'), 'usage')) then
+    perform jobs._denied(array['worker'], 'jobs.claim_v1');
+  end if;
   if queues is null or cardinality(queues) = 0 or array_ndims(queues) <> 1
      or cardinality(queues) > 1000 then
     perform jobs._raise(
@@ -826,10 +832,12 @@ $$;
 create function jobs.worker_running_v1(worker_id text)
 returns table (id uuid, claim bigint)
 language plpgsql
+security definer
 stable
 set search_path = pg_catalog, pg_temp
 as $$
 begin
+  perform jobs._require(array['worker'], 'jobs.worker_running_v1');
   perform jobs._check_label('jobs.worker_running_v1', 'worker_id', worker_running_v1.worker_id);
   return query
     select j.id, j.claims

@@ -35,9 +35,11 @@ create type jobs.limit_row as (
 create function jobs.limits(name text default null)
 returns setof jobs.limit_row
 language sql
+security definer
 stable
 set search_path = pg_catalog, pg_temp
 as $$
+  select jobs._require(array['worker', 'operator'], 'jobs.limits');
   with declared as (
     select d.name, d.concurrency, d.concurrency_keyed, d.when_busy
       from jobs.declarations d

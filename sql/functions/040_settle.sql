@@ -42,6 +42,7 @@ $$;
 create function jobs.ack_v1(id uuid, worker_id text, claim bigint)
 returns boolean
 language plpgsql
+security definer
 volatile
 set search_path = pg_catalog, pg_temp
 as $$
@@ -49,6 +50,11 @@ declare
   v_now timestamptz := jobs._now();
   v_landed bigint;
 begin
+  -- the caller's kind, inline: a call of jobs._require costs a hot call more than the test
+  if not (pg_has_role(coalesce(nullif(current_setting('role'), 'none'), session_user)::name,
+                     jobs._role_name('worker'), 'usage')) then
+    perform jobs._denied(array['worker'], 'jobs.ack_v1');
+  end if;
   perform jobs._check_fence('jobs.ack_v1', ack_v1.id, ack_v1.worker_id, ack_v1.claim);
   -- the counter moves in this statement, so it can never disagree with the rows
   with gone as (
@@ -81,12 +87,18 @@ $$;
 create function jobs.ack_many_v1(worker_id text, ids uuid[], claims bigint[])
 returns setof jobs.settle_result
 language plpgsql
+security definer
 volatile
 set search_path = pg_catalog, pg_temp
 as $$
 declare
   v_now timestamptz := jobs._now();
 begin
+  -- the caller's kind, inline: a call of jobs._require costs a hot call more than the test
+  if not (pg_has_role(coalesce(nullif(current_setting('role'), 'none'), session_user)::name,
+                     jobs._role_name('worker'), 'usage')) then
+    perform jobs._denied(array['worker'], 'jobs.ack_many_v1');
+  end if;
   if worker_id is null or worker_id !~ '[^[:space:]]' or length(worker_id) > 200 then
     perform jobs._check_label('jobs.ack_many_v1', 'worker_id', ack_many_v1.worker_id);
   end if;
@@ -184,6 +196,7 @@ create function jobs.nack_v1(
 )
 returns boolean
 language plpgsql
+security definer
 volatile
 set search_path = pg_catalog, pg_temp
 as $$
@@ -194,6 +207,11 @@ declare
   v_counted integer;
   v_landed bigint;
 begin
+  -- the caller's kind, inline: a call of jobs._require costs a hot call more than the test
+  if not (pg_has_role(coalesce(nullif(current_setting('role'), 'none'), session_user)::name,
+                     jobs._role_name('worker'), 'usage')) then
+    perform jobs._denied(array['worker'], 'jobs.nack_v1');
+  end if;
   perform jobs._check_fence('jobs.nack_v1', nack_v1.id, nack_v1.worker_id, nack_v1.claim);
   if next_state is null or next_state not in ('ready', 'suspended', 'dead', 'failed') then
     perform jobs._invalid('jobs.nack_v1', 'next_state',
@@ -293,6 +311,7 @@ $$;
 create function jobs.nack_many_v1(worker_id text, nacks jsonb)
 returns setof jobs.settle_result
 language plpgsql
+security definer
 volatile
 set search_path = pg_catalog, pg_temp
 as $$
@@ -305,6 +324,7 @@ declare
   v_ord integer;
   v_bad_key text;
 begin
+  perform jobs._require(array['worker'], 'jobs.nack_many_v1');
   if nacks is null or jsonb_typeof(nacks) <> 'array' then
     perform jobs._invalid('jobs.nack_many_v1', 'nacks', 'must be a JSON array of objects');
   end if;
@@ -370,6 +390,7 @@ create function jobs.heartbeat_v1(
 )
 returns text
 language plpgsql
+security definer
 volatile
 set search_path = pg_catalog, pg_temp
 as $$
@@ -377,6 +398,11 @@ declare
   v_now timestamptz := jobs._now();
   v_state text;
 begin
+  -- the caller's kind, inline: a call of jobs._require costs a hot call more than the test
+  if not (pg_has_role(coalesce(nullif(current_setting('role'), 'none'), session_user)::name,
+                     jobs._role_name('worker'), 'usage')) then
+    perform jobs._denied(array['worker'], 'jobs.heartbeat_v1');
+  end if;
   perform jobs._check_fence('jobs.heartbeat_v1', heartbeat_v1.id, heartbeat_v1.worker_id,
                             heartbeat_v1.claim);
   if visibility is null or visibility <= interval '0' or visibility > interval '1 day' then
@@ -429,12 +455,18 @@ create function jobs.heartbeat_many_v1(
 )
 returns setof jobs.heartbeat_answer
 language plpgsql
+security definer
 volatile
 set search_path = pg_catalog, pg_temp
 as $$
 declare
   v_now timestamptz := jobs._now();
 begin
+  -- the caller's kind, inline: a call of jobs._require costs a hot call more than the test
+  if not (pg_has_role(coalesce(nullif(current_setting('role'), 'none'), session_user)::name,
+                     jobs._role_name('worker'), 'usage')) then
+    perform jobs._denied(array['worker'], 'jobs.heartbeat_many_v1');
+  end if;
   if worker_id is null or worker_id !~ '[^[:space:]]' or length(worker_id) > 200 then
     perform jobs._check_label('jobs.heartbeat_many_v1', 'worker_id',
                               heartbeat_many_v1.worker_id);

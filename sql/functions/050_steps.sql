@@ -23,10 +23,17 @@ create type jobs.step_record as (
 create function jobs.steps_v1(run_id uuid)
 returns setof jobs.step_record
 language plpgsql
+security definer
 stable
 set search_path = pg_catalog, pg_temp
 as $$
 begin
+  -- the caller's kind, inline: a call of jobs._require costs a hot call more than the test
+  if not (pg_has_role(coalesce(nullif(current_setting('role'), 'none'), session_user)::name,
+                     jobs._role_name('worker'), 'usage') or pg_has_role(coalesce(nullif(current_setting('role'), 'none'), session_user)::name,
+                     jobs._role_name('operator'), 'usage')) then
+    perform jobs._denied(array['worker', 'operator'], 'jobs.steps_v1');
+  end if;
   if run_id is null then
     perform jobs._invalid('jobs.steps_v1', 'run_id', 'must be a run id');
   end if;
@@ -59,6 +66,7 @@ create function jobs.record_step_v1(
 )
 returns jobs.step_record
 language plpgsql
+security definer
 volatile
 set search_path = pg_catalog, pg_temp
 as $$
@@ -67,6 +75,11 @@ declare
   v_job record;
   v_step jobs.step_record;
 begin
+  -- the caller's kind, inline: a call of jobs._require costs a hot call more than the test
+  if not (pg_has_role(coalesce(nullif(current_setting('role'), 'none'), session_user)::name,
+                     jobs._role_name('worker'), 'usage')) then
+    perform jobs._denied(array['worker'], 'jobs.record_step_v1');
+  end if;
   perform jobs._check_fence('jobs.record_step_v1', record_step_v1.id, record_step_v1.worker_id,
                             record_step_v1.claim);
   if name is null or name !~ '[^[:space:]]' or length(name) > 200 then

@@ -35,12 +35,14 @@ create type jobs.queue_stat as (
 create function jobs.queue_stats(queues text[] default null)
 returns setof jobs.queue_stat
 language plpgsql
+security definer
 stable
 set search_path = pg_catalog, pg_temp
 as $$
 declare
   v_now timestamptz := jobs._now();
 begin
+  perform jobs._require(array['worker', 'operator'], 'jobs.queue_stats');
   return query
     with counted_rows as (
       -- one branch per partial index: waiting (jobs_claim_idx), running (jobs_lease_idx) and

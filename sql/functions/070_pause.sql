@@ -9,10 +9,12 @@
 create function jobs.pause_queue(queue text, paused_by text default null)
 returns boolean
 language plpgsql
+security definer
 volatile
 set search_path = pg_catalog, pg_temp
 as $$
 begin
+  perform jobs._require(array['operator'], 'jobs.pause_queue');
   perform jobs._check_label('jobs.pause_queue', 'queue', pause_queue.queue);
   perform jobs._check_label('jobs.pause_queue', 'paused_by', pause_queue.paused_by,
                             required => false);
@@ -30,10 +32,12 @@ $$;
 create function jobs.resume_queue(queue text)
 returns boolean
 language plpgsql
+security definer
 volatile
 set search_path = pg_catalog, pg_temp
 as $$
 begin
+  perform jobs._require(array['operator'], 'jobs.resume_queue');
   if queue is null or queue !~ '[^[:space:]]' then
     perform jobs._check_label('jobs.resume_queue', 'queue', resume_queue.queue);
   end if;
@@ -41,7 +45,7 @@ begin
    where p.queue = resume_queue.queue;
   if found then
     if length(resume_queue.queue) <= 200 then
-      perform pg_notify('jobs_wake', resume_queue.queue);
+      perform pg_notify('jobs_wake', jobs._wake_token(resume_queue.queue));
     end if;
     return true;
   end if;

@@ -44,6 +44,7 @@ $$;
 create function jobs.requeue(id uuid, from_step text default null)
 returns boolean
 language plpgsql
+security definer
 volatile
 set search_path = pg_catalog, pg_temp
 as $$
@@ -54,6 +55,7 @@ declare
   v_holder jobs.enqueue_result;
   v_from timestamptz;
 begin
+  perform jobs._require(array['operator'], 'jobs.requeue');
   if id is null then
     perform jobs._invalid('jobs.requeue', 'id', 'must be a job id');
   end if;
@@ -130,7 +132,7 @@ begin
                            'idempotency_key', v_job.idempotency_key));
   end;
 
-  perform pg_notify('jobs_wake', v_job.queue);
+  perform pg_notify('jobs_wake', jobs._wake_token(v_job.queue));
   return true;
 end;
 $$;

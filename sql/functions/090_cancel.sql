@@ -11,6 +11,7 @@
 create function jobs.cancel(id uuid, reason text default null)
 returns boolean
 language plpgsql
+security definer
 volatile
 set search_path = pg_catalog, pg_temp
 as $$
@@ -18,6 +19,7 @@ declare
   v_now timestamptz := jobs._now();
   v_state text;
 begin
+  perform jobs._require(array['operator'], 'jobs.cancel');
   if id is null then
     perform jobs._invalid('jobs.cancel', 'id', 'must be a job id');
   end if;

@@ -66,6 +66,7 @@ create function jobs.outbox_stage(
 )
 returns jobs.enqueue_result
 language plpgsql
+security definer
 volatile
 set search_path = pg_catalog, pg_temp
 as $$
@@ -75,6 +76,11 @@ declare
   v_run_id uuid := coalesce(outbox_stage.run_id, v_id);
   v_declared record;
 begin
+  -- the caller's kind, inline: a call of jobs._require costs a hot call more than the test
+  if not (pg_has_role(coalesce(nullif(current_setting('role'), 'none'), session_user)::name,
+                     jobs._role_name('enqueuer'), 'usage')) then
+    perform jobs._denied(array['enqueuer'], 'jobs.outbox_stage');
+  end if;
   select t.queue, t.max_attempts, t.priority, t.tenant_required, t.concurrency_keyed
     into v_declared
     from jobs.declarations t
@@ -154,6 +160,7 @@ create function jobs.outbox_claim(
 )
 returns setof jobs.outbox_record
 language plpgsql
+security definer
 volatile
 set search_path = pg_catalog, pg_temp
 as $$
@@ -161,6 +168,7 @@ declare
   v_now timestamptz := jobs._now();
   v_held_from jobs.outbox%rowtype;
 begin
+  perform jobs._require(array['worker'], 'jobs.outbox_claim');
   perform jobs._check_relay('jobs.outbox_claim', outbox_claim.relay_id, '{}');
   if batch_size is null or batch_size not between 1 and 10000 then
     perform jobs._invalid('jobs.outbox_claim', 'batch_size', 'must be an integer from 1 to 10000');
@@ -218,12 +226,14 @@ $$;
 create function jobs.outbox_mark_published(relay_id text, ids uuid[])
 returns setof uuid
 language plpgsql
+security definer
 volatile
 set search_path = pg_catalog, pg_temp
 as $$
 declare
   v_now timestamptz := jobs._now();
 begin
+  perform jobs._require(array['worker'], 'jobs.outbox_mark_published');
   perform jobs._check_relay('jobs.outbox_mark_published', outbox_mark_published.relay_id,
                             outbox_mark_published.ids);
   return query
@@ -244,6 +254,7 @@ $$;
 create function jobs.outbox_release(relay_id text, ids uuid[])
 returns integer
 language plpgsql
+security definer
 volatile
 set search_path = pg_catalog, pg_temp
 as $$
@@ -251,6 +262,7 @@ declare
   v_now timestamptz := jobs._now();
   v_released integer;
 begin
+  perform jobs._require(array['worker'], 'jobs.outbox_release');
   perform jobs._check_relay('jobs.outbox_release', outbox_release.relay_id, outbox_release.ids);
   update jobs.outbox o
      set claimed_by = null,
@@ -299,6 +311,7 @@ $$;
 create function jobs.outbox_relay(relay_id text, batch_size integer default 100)
 returns setof jobs.enqueue_result
 language plpgsql
+security definer
 volatile
 set search_path = pg_catalog, pg_temp
 as $$
@@ -307,6 +320,7 @@ declare
   v_result jobs.enqueue_result;
   v_published uuid[] := '{}';
 begin
+  perform jobs._require(array['worker'], 'jobs.outbox_relay');
   for v_record in
     select c.id, c.run_id, c.staged_at, c.request, c.claimed_by, c.claim_expires_at
       from jobs.outbox_claim(relay_id => outbox_relay.relay_id,

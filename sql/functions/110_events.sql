@@ -33,7 +33,8 @@ create type jobs.event_lookup as (
 -- Arguments: name; payload (a JSON value, {} by default); correlation_key (ties it to the waits
 -- that match on it; a wait without a match takes any event of the name); ttl (7 days).
 -- Answers the event's id. Raises X_ARGUMENT_INVALID. Locks: the waiting job rows it wakes.
--- Wakes: pg_notify('jobs_wake', <queue>) once per queue of the runs it made due, on commit.
+-- Wakes: pg_notify('jobs_wake', <the queue's wake token, 013_wake>) once per queue of the runs
+-- it made due, on commit.
 create function jobs.publish_event(
   name text,
   payload jsonb default '{}',
@@ -42,6 +43,7 @@ create function jobs.publish_event(
 )
 returns uuid
 language plpgsql
+security definer
 volatile
 set search_path = pg_catalog, pg_temp
 as $$
@@ -50,6 +52,7 @@ declare
   v_id uuid := jobs._uuid_v7();
   v_queue text;
 begin
+  perform jobs._require(array['enqueuer'], 'jobs.publish_event');
   perform jobs._check_label('jobs.publish_event', 'name', publish_event.name);
   perform jobs._check_label('jobs.publish_event', 'correlation_key', publish_event.correlation_key,
                             required => false);
@@ -86,7 +89,7 @@ begin
     )
     select distinct w.queue from woken w
   loop
-    perform pg_notify('jobs_wake', v_queue);
+    perform pg_notify('jobs_wake', jobs._wake_token(v_queue));
   end loop;
   return v_id;
 end;
@@ -104,6 +107,7 @@ create function jobs.find_event(
 )
 returns jobs.event_lookup
 language plpgsql
+security definer
 stable
 set search_path = pg_catalog, pg_temp
 as $$
@@ -111,6 +115,7 @@ declare
   v_now timestamptz := jobs._now();
   v_lookup jobs.event_lookup;
 begin
+  perform jobs._require(array['worker'], 'jobs.find_event');
   perform jobs._check_label('jobs.find_event', 'name', find_event.name);
   select true, e.id, e.payload, e.published_at, v_now
     into v_lookup

@@ -38,12 +38,14 @@ create type jobs.task_state as (
 create function jobs.scheduler_arm(task text, watermark timestamptz)
 returns jobs.task_state
 language plpgsql
+security definer
 volatile
 set search_path = pg_catalog, pg_temp
 as $$
 declare
   v_state jobs.task_state;
 begin
+  perform jobs._require(array['worker'], 'jobs.scheduler_arm');
   perform jobs._check_label('jobs.scheduler_arm', 'task', scheduler_arm.task);
   if watermark is null or not isfinite(watermark) then
     perform jobs._invalid('jobs.scheduler_arm', 'watermark', 'must be a finite instant');
@@ -78,6 +80,7 @@ create function jobs.scheduler_fire(
 )
 returns setof jobs.enqueue_result
 language plpgsql
+security definer
 volatile
 set search_path = pg_catalog, pg_temp
 as $$
@@ -86,6 +89,7 @@ declare
   v_paused boolean;
   v_requests jsonb;
 begin
+  perform jobs._require(array['worker'], 'jobs.scheduler_fire');
   perform jobs._check_label('jobs.scheduler_fire', 'task', scheduler_fire.task);
   if occurrence is null or not isfinite(occurrence) then
     perform jobs._invalid('jobs.scheduler_fire', 'occurrence', 'must be a finite instant');
@@ -139,10 +143,12 @@ $$;
 create function jobs.scheduler_skip(task text, watermark timestamptz)
 returns boolean
 language plpgsql
+security definer
 volatile
 set search_path = pg_catalog, pg_temp
 as $$
 begin
+  perform jobs._require(array['worker'], 'jobs.scheduler_skip');
   if watermark is null or not isfinite(watermark) then
     perform jobs._invalid('jobs.scheduler_skip', 'watermark', 'must be a finite instant');
   end if;
@@ -167,12 +173,14 @@ create function jobs.scheduler_lead(
 )
 returns boolean
 language plpgsql
+security definer
 volatile
 set search_path = pg_catalog, pg_temp
 as $$
 declare
   v_now timestamptz := jobs._now();
 begin
+  perform jobs._require(array['worker'], 'jobs.scheduler_lead');
   perform jobs._check_label('jobs.scheduler_lead', 'holder', scheduler_lead.holder);
   perform jobs._check_label('jobs.scheduler_lead', 'name', scheduler_lead.name);
   if ttl is null or ttl <= interval '0' or ttl > interval '1 hour' then
@@ -195,10 +203,12 @@ $$;
 create function jobs.scheduler_resign(holder text, name text default 'scheduler')
 returns boolean
 language plpgsql
+security definer
 volatile
 set search_path = pg_catalog, pg_temp
 as $$
 begin
+  perform jobs._require(array['worker'], 'jobs.scheduler_resign');
   delete from jobs.scheduler_leases l
    where l.name = scheduler_resign.name
      and l.holder = scheduler_resign.holder;
@@ -211,10 +221,12 @@ $$;
 create function jobs.pause_task(task text)
 returns boolean
 language plpgsql
+security definer
 volatile
 set search_path = pg_catalog, pg_temp
 as $$
 begin
+  perform jobs._require(array['operator'], 'jobs.pause_task');
   update jobs.scheduler_tasks t
      set paused_at = jobs._now()
    where t.task = pause_task.task
@@ -229,10 +241,12 @@ $$;
 create function jobs.resume_task(task text)
 returns boolean
 language plpgsql
+security definer
 volatile
 set search_path = pg_catalog, pg_temp
 as $$
 begin
+  perform jobs._require(array['operator'], 'jobs.resume_task');
   update jobs.scheduler_tasks t
      set paused_at = null
    where t.task = resume_task.task
@@ -249,9 +263,11 @@ $$;
 create function jobs.task_fires()
 returns setof jobs.task_state
 language sql
+security definer
 stable
 set search_path = pg_catalog, pg_temp
 as $$
+  select jobs._require(array['worker', 'operator'], 'jobs.task_fires');
   select t.task, t.watermark, t.last_fired_occurrence, t.last_fired_at, t.paused_at is not null
     from jobs.scheduler_tasks t
    order by t.task

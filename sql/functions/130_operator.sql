@@ -80,6 +80,7 @@ create function jobs.list_jobs(
 )
 returns setof jobs.job_summary
 language plpgsql
+security definer
 stable
 set search_path = pg_catalog, pg_temp
 -- each table's rows are read in index order from the cursor and merged: the planner, seeing
@@ -93,6 +94,7 @@ declare
   v_cursor_at timestamptz := 'infinity';
   v_cursor_id uuid := 'ffffffff-ffff-ffff-ffff-ffffffffffff';
 begin
+  perform jobs._require(array['operator'], 'jobs.list_jobs');
   if page_size is null or page_size < 1 or page_size > 200 then
     perform jobs._raise('X_JOB_PAGE_INVALID',
                         format('page_size must be from 1 to 200, got %s', page_size),
@@ -191,12 +193,14 @@ $$;
 create function jobs.remove(id uuid)
 returns boolean
 language plpgsql
+security definer
 volatile
 set search_path = pg_catalog, pg_temp
 as $$
 declare
   v_job record;
 begin
+  perform jobs._require(array['operator'], 'jobs.remove');
   select j.state, j.run_id into v_job from jobs.jobs_live j where j.id = remove.id for update;
   if found then
     if v_job.state = 'running' then
@@ -226,6 +230,7 @@ $$;
 create function jobs.promote(id uuid)
 returns boolean
 language plpgsql
+security definer
 volatile
 set search_path = pg_catalog, pg_temp
 as $$
@@ -234,6 +239,7 @@ declare
   v_queue text;
   v_state text;
 begin
+  perform jobs._require(array['operator'], 'jobs.promote');
   update jobs.jobs_live j
      set state = 'ready',
          run_at = v_now,
@@ -243,7 +249,7 @@ begin
      and j.run_at > v_now
   returning j.queue into v_queue;
   if found then
-    perform pg_notify('jobs_wake', v_queue);
+    perform pg_notify('jobs_wake', jobs._wake_token(v_queue));
     return true;
   end if;
   select j.state into v_state from jobs.jobs j where j.id = promote.id;
@@ -292,6 +298,7 @@ create function jobs.requeue_many(
 )
 returns jobs.bulk_result
 language plpgsql
+security definer
 volatile
 set search_path = pg_catalog, pg_temp
 as $$
@@ -302,6 +309,7 @@ declare
   v_queues text[];
   v_queue text;
 begin
+  perform jobs._require(array['operator'], 'jobs.requeue_many');
   perform jobs._bulk_check('jobs.requeue_many', requeue_many.state,
                            array['done', 'failed', 'dead', 'cancelled']);
   with movable as materialized (
@@ -349,7 +357,7 @@ begin
     from moved m;
 
   foreach v_queue in array v_queues loop
-    perform pg_notify('jobs_wake', v_queue);
+    perform pg_notify('jobs_wake', jobs._wake_token(v_queue));
   end loop;
 
   -- each moved row was its key's only movable row, and its key is live now
@@ -371,6 +379,7 @@ create function jobs.remove_many(
 )
 returns jobs.bulk_result
 language plpgsql
+security definer
 volatile
 set search_path = pg_catalog, pg_temp
 as $$
@@ -380,6 +389,7 @@ declare
   v_remaining bigint;
   v_runs uuid[];
 begin
+  perform jobs._require(array['operator'], 'jobs.remove_many');
   perform jobs._bulk_check('jobs.remove_many', remove_many.state,
                            array['ready', 'delayed', 'suspended', 'done', 'failed', 'dead',
                                  'cancelled']);
@@ -443,6 +453,7 @@ create function jobs.promote_many(
 )
 returns jobs.bulk_result
 language plpgsql
+security definer
 volatile
 set search_path = pg_catalog, pg_temp
 as $$
@@ -453,6 +464,7 @@ declare
   v_queues text[];
   v_queue text;
 begin
+  perform jobs._require(array['operator'], 'jobs.promote_many');
   perform jobs._bulk_check('jobs.promote_many', promote_many.state, array['delayed', 'ready']);
   with batch as materialized (
     select j.id
@@ -478,7 +490,7 @@ begin
     from moved m;
 
   foreach v_queue in array v_queues loop
-    perform pg_notify('jobs_wake', v_queue);
+    perform pg_notify('jobs_wake', jobs._wake_token(v_queue));
   end loop;
 
   select count(*)

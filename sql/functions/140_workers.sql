@@ -51,12 +51,14 @@ create function jobs.worker_announce(
 )
 returns void
 language plpgsql
+security definer
 volatile
 set search_path = pg_catalog, pg_temp
 as $$
 declare
   v_now timestamptz := jobs._now();
 begin
+  perform jobs._require(array['worker'], 'jobs.worker_announce');
   perform jobs._check_worker('jobs.worker_announce', worker_announce.worker_id,
                              worker_announce.ttl);
   perform jobs._check_label('jobs.worker_announce', 'host', worker_announce.host);
@@ -102,12 +104,14 @@ create function jobs.worker_heartbeat(
 )
 returns boolean
 language plpgsql
+security definer
 volatile
 set search_path = pg_catalog, pg_temp
 as $$
 declare
   v_now timestamptz := jobs._now();
 begin
+  perform jobs._require(array['worker'], 'jobs.worker_heartbeat');
   perform jobs._check_worker('jobs.worker_heartbeat', worker_heartbeat.worker_id,
                              worker_heartbeat.ttl);
   if in_flight is null or array_position(in_flight, null) is not null
@@ -133,10 +137,12 @@ $$;
 create function jobs.worker_draining(worker_id text)
 returns boolean
 language plpgsql
+security definer
 volatile
 set search_path = pg_catalog, pg_temp
 as $$
 begin
+  perform jobs._require(array['worker'], 'jobs.worker_draining');
   perform jobs._check_worker('jobs.worker_draining', worker_draining.worker_id,
                              interval '1 second');
   update jobs.workers w
@@ -152,10 +158,12 @@ $$;
 create function jobs.worker_forget(worker_id text)
 returns boolean
 language plpgsql
+security definer
 volatile
 set search_path = pg_catalog, pg_temp
 as $$
 begin
+  perform jobs._require(array['worker'], 'jobs.worker_forget');
   perform jobs._check_worker('jobs.worker_forget', worker_forget.worker_id, interval '1 second');
   delete from jobs.workers w
    where w.id = worker_forget.worker_id;
@@ -170,9 +178,11 @@ returns table (id text, host text, pid integer, queues text[], slots integer, in
                in_flight_count integer, started_at timestamptz, heartbeat_at timestamptz,
                expires_at timestamptz, draining_at timestamptz)
 language sql
+security definer
 stable
 set search_path = pg_catalog, pg_temp
 as $$
+  select jobs._require(array['worker', 'operator'], 'jobs.workers_live');
   select w.id, w.host, w.pid, w.queues, w.slots, w.in_flight, w.in_flight_count, w.started_at,
          w.heartbeat_at, w.expires_at, w.draining_at
     from jobs.workers w

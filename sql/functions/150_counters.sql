@@ -137,12 +137,14 @@ $$;
 create function jobs.rollup_counters()
 returns table (tier text, moved bigint)
 language plpgsql
+security definer
 volatile
 set search_path = pg_catalog, pg_temp
 as $$
 declare
   v_now timestamptz := jobs._now();
 begin
+  perform jobs._require(array['worker', 'operator'], 'jobs.rollup_counters');
   -- a past minute takes no more settles: its shards can become one row
   tier := '1m shards';
   moved := jobs._fold_counters('1m', jobs._bucket(interval '1 minute', v_now), '1m',
@@ -177,9 +179,11 @@ create type jobs.counter_row as (
 create function jobs.counters(name text default null, since timestamptz default null)
 returns setof jobs.counter_row
 language sql
+security definer
 stable
 set search_path = pg_catalog, pg_temp
 as $$
+  select jobs._require(array['worker', 'operator'], 'jobs.counters');
   select c.name, c.tier, c.bucket, sum(c.done)::bigint, sum(c.retried)::bigint,
          sum(c.failed)::bigint, sum(c.dead)::bigint, sum(c.duration_ms)::bigint
     from jobs.counter_buckets c
@@ -196,9 +200,11 @@ create function jobs.counter_totals(since timestamptz default null)
 returns table (name text, done bigint, retried bigint, failed bigint, dead bigint,
                duration_ms bigint)
 language sql
+security definer
 stable
 set search_path = pg_catalog, pg_temp
 as $$
+  select jobs._require(array['worker', 'operator'], 'jobs.counter_totals');
   select c.name, sum(c.done)::bigint, sum(c.retried)::bigint, sum(c.failed)::bigint,
          sum(c.dead)::bigint, sum(c.duration_ms)::bigint
     from jobs.counter_buckets c

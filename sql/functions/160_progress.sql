@@ -19,12 +19,18 @@ create function jobs.progress_v1(
 )
 returns boolean
 language plpgsql
+security definer
 volatile
 set search_path = pg_catalog, pg_temp
 as $$
 declare
   v_now timestamptz := jobs._now();
 begin
+  -- the caller's kind, inline: a call of jobs._require costs a hot call more than the test
+  if not (pg_has_role(coalesce(nullif(current_setting('role'), 'none'), session_user)::name,
+                     jobs._role_name('worker'), 'usage')) then
+    perform jobs._denied(array['worker'], 'jobs.progress_v1');
+  end if;
   perform jobs._check_fence('jobs.progress_v1', progress_v1.id, progress_v1.worker_id,
                             progress_v1.claim);
   -- numeric has NaN and Infinity, which compare above every number: refuse them by name

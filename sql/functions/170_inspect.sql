@@ -18,12 +18,14 @@
 create function jobs.inspect_job(id uuid)
 returns jsonb
 language plpgsql
+security definer
 stable
 set search_path = pg_catalog, pg_temp
 as $$
 declare
   v_job jobs.jobs;
 begin
+  perform jobs._require(array['enqueuer'], 'jobs.inspect_job');
   if id is null then
     perform jobs._invalid('jobs.inspect_job', 'id', 'must be a job id');
   end if;
@@ -112,9 +114,11 @@ create type jobs.queue_depth_row as (
 create function jobs.queue_depth(queues text[] default null)
 returns setof jobs.queue_depth_row
 language sql
+security definer
 stable
 set search_path = pg_catalog, pg_temp
 as $$
+  select jobs._require(array['worker', 'operator'], 'jobs.queue_depth');
   with clock as materialized (
     select jobs._now() as now
   ),

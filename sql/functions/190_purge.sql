@@ -171,6 +171,7 @@ create function jobs.purge(
 )
 returns jobs.purge_result
 language plpgsql
+security definer
 volatile
 set search_path = pg_catalog, pg_temp
 as $$
@@ -184,6 +185,7 @@ declare
   v_runs uuid[];
   v_day text;
 begin
+  perform jobs._require(array['worker', 'operator'], 'jobs.purge');
   perform jobs._check_interval('jobs.purge', 'done_after', purge.done_after, interval '0',
                                interval '100 years');
   perform jobs._check_interval('jobs.purge', 'ended_after', purge.ended_after, interval '0',

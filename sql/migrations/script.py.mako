@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from durajobs._db.migrations import apply_sql_file
+from durajobs._db.migrations import apply_sql_file, close_to_public
 
 revision = ${repr(up_revision)}
 down_revision = ${repr(down_revision)}
@@ -21,6 +21,7 @@ HERE = Path(__file__).parent
 
 def upgrade() -> None:
     apply_sql_file(HERE / f"{revision}_upgrade.sql")
+    close_to_public()
 
 
 def downgrade() -> None:

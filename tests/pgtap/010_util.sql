@@ -4,7 +4,7 @@ begin;
 select plan(36);
 
 -- jobs.version: the installed schema version is the newest revision's number
-select is(jobs.version(), 9, 'jobs.version() answers 9, the argument bounds'' revision');
+select is(jobs.version(), 10, 'jobs.version() answers 10, the roles'' revision');
 
 -- jobs._now honours durajobs.now, and follows it when it changes mid-transaction
 set local durajobs.now = '2026-01-01 00:00:00+00';
@@ -24,10 +24,11 @@ set local durajobs.now = '2000-01-01 00:00:00+00';
 select is(jobs._now(), now(), 'off (as on install), durajobs.now moves nothing');
 create role jobs_test_clock_mover;
 grant usage on schema jobs to jobs_test_clock_mover;
-grant select on jobs.error_codes to jobs_test_clock_mover;
+-- EXECUTE as jobs.grant_roles gives it to every role it makes (PUBLIC has none)
+grant execute on function jobs.use_test_clock(boolean), jobs._now() to jobs_test_clock_mover;
 set local role jobs_test_clock_mover;
 select throws_ok($$ select jobs.use_test_clock() $$, 'JQ018',
-                 'X_PERMISSION_DENIED: jobs.use_test_clock: only the owner of jobs._now may switch the test clock',
+                 'X_PERMISSION_DENIED: jobs.use_test_clock: only the owner of schema jobs (postgres) may switch the test clock, not jobs_test_clock_mover',
                  'another role cannot switch it on');
 select is(jobs._now(), now(), 'a role that sets durajobs.now still reads the real clock');
 reset role;

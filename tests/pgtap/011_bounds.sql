@@ -184,11 +184,11 @@ select throws_ok($$ select jobs.set_size_limit('nope', 2048) $$, 'JQ001', null,
                  'an unknown limit is refused');
 create role jobs_test_bounds_stranger;
 grant usage on schema jobs to jobs_test_bounds_stranger;
-grant select on jobs.error_codes, jobs.size_limits to jobs_test_bounds_stranger;
+grant execute on function jobs.set_size_limit(text, integer) to jobs_test_bounds_stranger;
 set local role jobs_test_bounds_stranger;
 select throws_ok($$ select jobs.set_size_limit('input', 4096) $$, 'JQ018',
-                 'X_PERMISSION_DENIED: jobs.set_size_limit: only the owner of jobs.size_limits may change a size limit',
-                 'a role that may not update jobs.size_limits cannot change a limit');
+                 'X_PERMISSION_DENIED: jobs.set_size_limit: only the owner of schema jobs (postgres) may change a size limit, not jobs_test_bounds_stranger',
+                 'a role that is not the owner cannot change a limit');
 reset role;
 select jobs.set_size_limit('input', 1048576);
 

@@ -33,6 +33,7 @@ from durajobs._values.records import (
     PurgeResult,
     QueueDepth,
     QueueStat,
+    RoleGrant,
     Row,
     SettleResult,
     StepRecord,
@@ -359,6 +360,17 @@ def listen(channel: str = WAKE_CHANNEL) -> str:
     return f"listen {channel}"
 
 
+def wake_tokens(queues: Sequence[str]) -> Call[dict[str, str]]:
+    """`jobs.wake_tokens`: what a wake of each of `queues` carries on `jobs_wake`, as a map
+    from token to queue (a wake names no queue: any role may listen)."""
+    return Call(
+        function="jobs.wake_tokens",
+        sql="select queue, token from jobs.wake_tokens(queues => %(queues)s::text[])",
+        params={"queues": list(queues)},
+        decode=lambda rows: {row[1]: row[0] for row in rows},
+    )
+
+
 def wake_probe(token: str, channel: str = WAKE_CHANNEL) -> Call[None]:
     """Send `token` on a wake channel, to prove a listener hears it."""
     return Call(
@@ -651,6 +663,15 @@ def worker_draining(worker_id: str) -> Call[bool]:
 
 def worker_forget(worker_id: str) -> Call[bool]:
     return _call("jobs.worker_forget", "", {"worker_id": worker_id}, _scalar, scalar=True)
+
+
+def grant_roles(
+    *, enqueuer: str | None = None, worker: str | None = None, operator: str | None = None
+) -> Call[list[RoleGrant]]:
+    """`jobs.grant_roles`: the owner makes (or adopts) the three roles and lets them call the
+    functions; a name left None takes the default (durajobs_enqueuer, ...)."""
+    arguments = {"enqueuer": enqueuer, "worker": worker, "operator": operator}
+    return _call("jobs.grant_roles", RoleGrant.COLUMNS, arguments, _all(RoleGrant.from_row))
 
 
 def workers_live() -> Call[list[WorkerRecord]]:

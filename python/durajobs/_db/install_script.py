@@ -11,7 +11,13 @@ from __future__ import annotations
 
 import re
 
-from durajobs._db.migrations import PIN_SEARCH_PATH, SCHEMA, VERSION_TABLE, package_sql_dir
+from durajobs._db.migrations import (
+    CLOSE_TO_PUBLIC,
+    PIN_SEARCH_PATH,
+    SCHEMA,
+    VERSION_TABLE,
+    package_sql_dir,
+)
 from durajobs.errors import ArgumentInvalid
 
 INSTALL_FILE = "install.sql"
@@ -99,6 +105,7 @@ def install_script(*, since: str | None = None) -> str:
         f"{PIN_SEARCH_PATH};",
         guard,
         *(f"-- revision {revision}\n{_upgrade_text(revision)}" for revision in applied),
+        f"{CLOSE_TO_PUBLIC};",
         record,
         "commit;",
     ]

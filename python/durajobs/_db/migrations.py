@@ -94,6 +94,20 @@ def downgrade(database_url: str, revision: str = "base") -> None:
 # what the schema's DDL runs under, whatever the installing session's search_path says
 PIN_SEARCH_PATH = "set local search_path = pg_catalog, pg_temp"
 
+# Postgres gives PUBLIC EXECUTE on every new function, and a per-schema default privilege cannot
+# take that away; from revision 0010 on, each upgrade takes it back once its functions exist
+# (jobs.grant_roles gives EXECUTE to the roles that may call them)
+CLOSE_TO_PUBLIC = "revoke execute on all functions in schema jobs from public"
+
+
+def close_to_public() -> None:
+    """Inside the running alembic migration: PUBLIC may execute no function of schema jobs."""
+    from alembic import op
+
+    driver_connection = op.get_bind().connection.driver_connection
+    assert driver_connection is not None
+    driver_connection.execute(CLOSE_TO_PUBLIC)
+
 
 def apply_sql_file(path: Path) -> None:
     """Execute one frozen SQL file inside the running alembic migration.

@@ -336,6 +336,15 @@ class CounterTotal(Answer):
 
 
 @dataclass(frozen=True, slots=True)
+class RoleGrant(Answer):
+    """One role `jobs.grant_roles()` made or adopted: its kind (enqueuer, worker, operator)."""
+
+    kind: str
+    role_name: str
+    created: bool
+
+
+@dataclass(frozen=True, slots=True)
 class JobType(Answer):
     """One declared job name in the catalogue (`jobs.job_types()`)."""
 

@@ -82,6 +82,17 @@ def _cmd_migrate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_roles(args: argparse.Namespace) -> int:
+    call = calls.grant_roles(enqueuer=args.enqueuer, worker=args.worker, operator=args.operator)
+    with Client.connect(database_url(args.database_url)) as client:
+        granted = client.run(call)
+    for grant in granted:
+        verdict = "made" if grant.created else "adopted"
+        print(f"{grant.kind}: {verdict} role {grant.role_name}")
+    print("next: grant <role> to <application login>; see docs/operations.md, Security")
+    return 0
+
+
 def _declared_request(args: argparse.Namespace, payload: dict[str, Any]) -> EnqueueRequest:
     """The request the app's declaration of `args.name` makes for `payload`: its input model,
     key, tenant, queue and attempts, each flag given overriding its part."""
@@ -287,6 +298,18 @@ def _parser() -> argparse.ArgumentParser:
         help="with --app: this deploy's declarations replace different stored ones",
     )
     migrate_command.set_defaults(run=_cmd_migrate)
+
+    roles_command = with_database(
+        commands.add_parser(
+            "roles",
+            help="make the enqueuer, worker and operator roles (as the schema's owner)",
+            description="Make (or adopt) three NOLOGIN roles and let them call the jobs "
+            "functions (jobs.grant_roles); grant one to each application login afterwards.",
+        )
+    )
+    for kind in ("enqueuer", "worker", "operator"):
+        roles_command.add_argument(f"--{kind}", help=f"the {kind} role's name (durajobs_{kind})")
+    roles_command.set_defaults(run=_cmd_roles)
 
     sql_command = commands.add_parser(
         "sql",

@@ -11,7 +11,7 @@ import asyncio
 import logging
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import psycopg
@@ -26,20 +26,22 @@ RECONNECT_SECONDS = 1.0
 
 
 class QueueWake:
-    """Listens on a wake channel and calls `on_wake(payload)` for the payloads it cares about:
-    the queues a worker serves on `jobs_wake`, anything on the outbox's channel for a relay."""
+    """Listens on a wake channel and calls `on_wake(queue)` for the wakes it cares about: on
+    `jobs_wake` the tokens of the queues a worker serves (`tokens`, token -> queue: a wake
+    carries no queue name, jobs.wake_tokens), anything on the outbox's channel for a relay
+    (`tokens` None, and `on_wake` gets the payload)."""
 
     def __init__(
         self,
         database_url: str,
-        queues: set[str] | None,
+        tokens: Mapping[str, str] | None,
         on_wake: Callable[[str], None],
         send_probe: Callable[[str], Awaitable[None]],
         *,
         channel: str = calls.WAKE_CHANNEL,
     ) -> None:
         self._url = database_url
-        self._queues = queues
+        self._tokens = tokens
         self._channel = channel
         self._on_wake = on_wake
         self._send_probe = send_probe
@@ -127,5 +129,7 @@ class QueueWake:
         async for notice in connection.notifies():
             if notice.payload == self._probe_token and self._probe_heard is not None:
                 self._probe_heard.set()
-            elif self._queues is None or notice.payload in self._queues:
+            elif self._tokens is None:
                 self._on_wake(notice.payload)
+            elif notice.payload in self._tokens:
+                self._on_wake(self._tokens[notice.payload])

@@ -330,9 +330,10 @@ class Worker:
                 if queue not in self.registry.queues():
                     log.info("jobs.worker.queue-unregistered", extra={"queue": queue})
             if self._listen:
+                tokens = await self.db.run(calls.wake_tokens(self.queues))
                 self._wake = QueueWake(
                     self.db.database_url,
-                    set(self.queues),
+                    tokens,
                     self.kick,
                     lambda token: self.db.run(calls.wake_probe(token)),
                 )

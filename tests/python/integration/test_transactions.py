@@ -328,7 +328,9 @@ def test_the_wake_is_delivered_on_commit_not_before(database_url, engine, job):
             assert list(listener.notifies(timeout=0.3, stop_after=1)) == []
             session.commit()
         heard = list(listener.notifies(timeout=5, stop_after=1))
-    assert [(n.channel, n.payload) for n in heard] == [("jobs_wake", "mail")]
+    with psycopg.connect(database_url) as owner:
+        (token,) = owner.execute("select jobs._wake_token('mail')").fetchone()
+    assert [(n.channel, n.payload) for n in heard] == [("jobs_wake", token)]
 
 
 # --- mode='required' and the direct fallback ---------------------------------------------------

@@ -23,7 +23,17 @@ def listener(database_url):
 
 
 def _heard(listener) -> list[str]:
-    return [notice.payload for notice in listener.notifies(timeout=0.3)]
+    """The queues the wakes heard were for: a wake carries a token, never a name (013_wake),
+    read back here through the tokens of the queues these tests use."""
+    payloads = [notice.payload for notice in listener.notifies(timeout=0.3)]
+    queues = ["default", "emails", "reports", "a", "b"]
+    tokens = dict(
+        listener.execute(
+            "select jobs._wake_token(q), q from unnest(%s::text[]) q", [queues]
+        ).fetchall()
+    )
+    assert all(payload in tokens for payload in payloads), payloads
+    return [tokens[payload] for payload in payloads]
 
 
 def _at(client: durajobs.Client, instant: datetime) -> None:
@@ -42,11 +52,19 @@ def test_ten_enqueues_in_one_slot_announce_once(client, listener):
     assert _heard(listener) == ["default"]
 
 
-def test_each_queue_is_announced_by_its_name_alone(client, listener):
+def test_each_queue_is_announced_by_its_token_alone(client, listener):
     _at(client, SLOT_START)
     client.enqueue("mail", {"secret": "x"}, "k1", queue="emails")
     client.enqueue("mail", {}, "k2", queue="reports", tenant_id="acme")
     assert sorted(_heard(listener)) == ["emails", "reports"]
+
+
+def test_a_wake_names_no_queue_to_a_listener_without_the_secret(client, listener):
+    _at(client, SLOT_START)
+    client.enqueue("mail", {}, "k1", queue="payroll-acme")
+    (payload,) = [notice.payload for notice in listener.notifies(timeout=0.3)]
+    assert "payroll" not in payload
+    assert len(payload) == 32
 
 
 def test_work_due_later_than_a_second_is_not_announced(client, listener):
@@ -115,7 +133,7 @@ def test_a_wake_stopped_as_its_probe_is_heard_stops(database_url):
 
             stopping.append(asyncio.get_running_loop().create_task(stop_later()))
 
-        wake = QueueWake(database_url, {"default"}, lambda _queue: None, probe_then_stop)
+        wake = QueueWake(database_url, {"t": "default"}, lambda _queue: None, probe_then_stop)
         wake.start()
         async with asyncio.timeout(10):
             while not stopping:
@@ -148,7 +166,9 @@ def test_a_wake_stops_even_when_its_probe_drops_the_cancel(database_url):
             await asyncio.sleep(0.3)
 
     async def scenario() -> None:
-        wake = QueueWake(database_url, {"default"}, lambda _queue: None, probe_that_drops_a_cancel)
+        wake = QueueWake(
+            database_url, {"t": "default"}, lambda _queue: None, probe_that_drops_a_cancel
+        )
         wake.start()
         async with asyncio.timeout(10):
             await in_probe.wait()

@@ -720,7 +720,7 @@ def test_a_listener_that_never_hears_its_probe_stays_unverified(database_url, ca
         async def swallowed(token):
             return None  # the probe never reaches the listener
 
-        wake = QueueWake(database_url, {"default"}, lambda queue: None, swallowed)
+        wake = QueueWake(database_url, {"t": "default"}, lambda queue: None, swallowed)
         wake.start()
         # the probe's 2 s window ends in a verdict: unverified (or, wrongly, live)
         await eventually(judged, timeout=10, what="the probe's verdict")
@@ -966,10 +966,17 @@ def test_a_wake_for_a_queue_the_worker_does_not_serve_is_ignored(database_url):
             what="a proven listener and a first claim",
         )
         before = len(claims)
-        await asyncio.to_thread(fetch_all, database_url, "select pg_notify('jobs_wake', 'theirs')")
+        # a wake carries a queue's token (jobs.wake_tokens), never its name
+        for payload in ("theirs", "mine", "jobs._wake_token('theirs')"):
+            sent = payload if payload.startswith("jobs.") else f"'{payload}'"
+            await asyncio.to_thread(
+                fetch_all, database_url, f"select pg_notify('jobs_wake', {sent})"
+            )
         await asyncio.sleep(0.5)
         ignored = len(claims) - before
-        await asyncio.to_thread(fetch_all, database_url, "select pg_notify('jobs_wake', 'mine')")
+        await asyncio.to_thread(
+            fetch_all, database_url, "select pg_notify('jobs_wake', jobs._wake_token('mine'))"
+        )
         for _ in range(100):
             if len(claims) > before:
                 break
@@ -982,6 +989,55 @@ def test_a_wake_for_a_queue_the_worker_does_not_serve_is_ignored(database_url):
     ignored, woken = asyncio.run(scenario())
     assert ignored == 0
     assert woken == 1
+
+
+def test_replayed_wakes_cost_at_most_one_claim_each(database_url):
+    """Any role may NOTIFY: a listener that learnt a queue's token and replays it costs the idle
+    worker at most one claim per wake (a wake only sets the claim loop's event, so wakes that
+    arrive during a pass share the next one), and nothing more: no poll is shortened for
+    good."""
+    registry = _registry(database_url)
+    worker = Worker(
+        registry,
+        database_url,
+        queues=["mine"],
+        listen=True,
+        poll_floor=timedelta(minutes=1),
+        idle_ceiling=timedelta(minutes=1),
+        woken_idle_ceiling=timedelta(minutes=1),
+    )
+    real_run = worker.db.run
+    claims: list[int] = []
+
+    async def counting(call):
+        if call.function == "jobs.claim_v1":
+            claims.append(1)
+        return await real_run(call)
+
+    worker.db.run = counting  # type: ignore[method-assign]
+
+    async def scenario():
+        runner = asyncio.ensure_future(worker.run())
+        await eventually(
+            lambda: worker._wake is not None and worker._wake.proven and claims,
+            what="a proven listener and a first claim",
+        )
+        before = len(claims)
+
+        def replay() -> None:
+            # one transaction each: Postgres folds identical notifications of one transaction
+            with psycopg.connect(database_url, autocommit=True) as sender:
+                for _ in range(50):
+                    sender.execute("select pg_notify('jobs_wake', jobs._wake_token('mine'))")
+
+        await asyncio.to_thread(replay)
+        await asyncio.sleep(1.0)
+        woken = len(claims) - before
+        worker.stop()
+        await runner
+        return woken
+
+    assert 1 <= asyncio.run(scenario()) <= 50
 
 
 def test_the_worker_installs_no_signal_handlers_unless_asked(database_url):
