@@ -156,10 +156,14 @@ class Client:
         *,
         correlation_key: str | None = None,
         ttl: timedelta | None = None,
+        tenant_id: str | None = None,
     ) -> UUID:
-        """Publish an event; runs waiting for it (step.wait_for_event) become due at once."""
+        """Publish an event; runs waiting for it (step.wait_for_event) become due at once.
+        With `tenant_id`, only that tenant's runs see it."""
         return self.run(
-            calls.publish_event(name, payload, correlation_key=correlation_key, ttl=ttl)
+            calls.publish_event(
+                name, payload, correlation_key=correlation_key, ttl=ttl, tenant_id=tenant_id
+            )
         )
 
     def requeue(self, id: UUID, *, from_step: str | None = None) -> bool:

@@ -11,7 +11,7 @@ security definer
 stable
 set search_path = pg_catalog, pg_temp
 as $$
-  select 10
+  select 11
 $$;
 
 -- jobs._now: the one clock every function reads: the transaction's now(). A database whose
@@ -171,7 +171,9 @@ insert into jobs.error_codes (code, sqlstate, fix) values
   ('X_JOB_TENANT_REQUIRED', 'JQ017',
    'declare tenant=lambda input: input.org_id, or tenant=''none'' for a job with no tenant; from SQL pass tenant_id => the tenant the job acts for'),
   ('X_PERMISSION_DENIED', 'JQ018',
-   'call it as a login granted the role the message names (jobs.grant_roles, docs/operations.md), or as the owner of schema jobs');
+   'call it as a login granted the role the message names (jobs.grant_roles, docs/operations.md), or as the owner of schema jobs'),
+  ('X_JOB_TENANT_MISMATCH', 'JQ019',
+   'act for one tenant: a job''s tenant is the one its input names (as_ an actor of that org), a bound session''s is its own, and a run_id must name a run of that tenant');
 
 -- jobs._raise: raise the registered error `code` with its SQLSTATE, a message that starts with
 -- the code, structured detail (a JSON object that always carries the code) and the fix as hint.

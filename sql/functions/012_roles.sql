@@ -47,9 +47,11 @@ as $$
 $$;
 
 -- jobs._require: refuse the caller unless it is a member of one of `kinds`' roles (or no roles
--- were made yet). The hot functions inline the same test instead of calling this one.
+-- were made yet); unless `scoped` (the function holds a bound session to its tenant itself),
+-- also refuse a session bound to a tenant (014_tenants). The hot functions inline the same
+-- tests instead of calling this one.
 -- Raises X_PERMISSION_DENIED naming the role to grant. Locks nothing.
-create function jobs._require(kinds text[], function_name text)
+create function jobs._require(kinds text[], function_name text, scoped boolean default false)
 returns void
 language plpgsql
 stable
@@ -61,6 +63,9 @@ declare
 begin
   foreach v_kind in array kinds loop
     if jobs._role_name(v_kind) is null or pg_has_role(v_caller, jobs._role_name(v_kind), 'usage') then
+      if not scoped then
+        perform jobs._refuse_bound(function_name);
+      end if;
       return;
     end if;
   end loop;

@@ -219,7 +219,7 @@ security definer
 stable
 set search_path = pg_catalog, pg_temp
 as $$
-  select jobs._require(array['enqueuer'], 'jobs.job_types');
+  select jobs._require(array['enqueuer'], 'jobs.job_types', scoped => true);
   select t.name, t.queue, t.max_attempts, t.priority, t.tenant_required, t.retry, t.timeout,
          t.input_schema, t.declared_by, t.declared_at, t.seen_at, t.concurrency,
          t.concurrency_keyed, t.when_busy

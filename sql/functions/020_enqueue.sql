@@ -304,6 +304,10 @@ begin
                      jobs._role_name('enqueuer'), 'usage')) then
     perform jobs._denied(array['enqueuer'], 'jobs.enqueue');
   end if;
+  -- a session bound to a tenant enqueues for it alone (014_tenants)
+  if jobs._any_binding() then
+    enqueue.tenant_id := jobs._scoped_tenant('jobs.enqueue', 'tenant_id', enqueue.tenant_id);
+  end if;
   select t.queue, t.max_attempts, t.priority, t.tenant_required, t.concurrency,
          t.concurrency_keyed
     into v_declared
@@ -320,6 +324,10 @@ begin
                               coalesce(v_declared.concurrency_keyed, false),
                               enqueue.traceparent, enqueue.enqueued_by);
   perform jobs._check_on_conflict('jobs.enqueue', enqueue.on_conflict);
+  -- a run is its tenant's: another tenant's job would read and write its steps
+  if enqueue.run_id is not null and enqueue.run_id is distinct from enqueue.id then
+    perform jobs._check_run_tenant('jobs.enqueue', 'run_id', enqueue.run_id, enqueue.tenant_id);
+  end if;
 
   -- two tries at most: the live holder may finish between the conflict and the lookup
   for v_try in 1..2 loop
@@ -368,10 +376,10 @@ begin
         if v_by_id.name <> enqueue.name
            or coalesce(v_by_id.tenant_id, '') <> coalesce(enqueue.tenant_id, '')
            or v_by_id.idempotency_key <> enqueue.idempotency_key then
+          -- the other job may be another tenant's: its name and key are not told
           perform jobs._raise(
             'X_JOB_DUPLICATE',
-            format('id %s already names job %s with idempotency key %s; an id is never reused',
-                   enqueue.id, v_by_id.name, v_by_id.idempotency_key),
+            format('id %s already names another job; an id is never reused', enqueue.id),
             jsonb_build_object('reason', 'id_taken', 'existing_id', enqueue.id,
                                'job', enqueue.name, 'idempotency_key', enqueue.idempotency_key),
             'pass a fresh id, or none and one is made');
@@ -525,6 +533,7 @@ declare
   v_inserted uuid[];
   v_taken_back uuid[];
   v_supplied uuid[];  -- the ids the caller gave
+  v_bound text;  -- the tenant a bound session acts for
   v_request jobs._enqueue_request;
   v_bad_key text;
   v_bad_ord integer;
@@ -545,6 +554,26 @@ begin
     perform jobs._invalid('jobs.enqueue_many', 'requests', 'must be a JSON array of job objects');
   end if;
   perform jobs._check_request_shapes(requests);
+  -- a session bound to a tenant enqueues for it alone (014_tenants): a request naming another
+  -- tenant is refused, and one naming none takes the bound tenant
+  if jobs._any_binding() then
+    v_bound := jobs._scoped_tenant('jobs.enqueue_many', 'tenant_id', null);
+    if v_bound is not null then
+      select e.ord
+        into v_bad_ord
+        from jsonb_array_elements(requests) with ordinality as e(item, ord)
+       where e.item ->> 'tenant_id' <> v_bound
+       order by e.ord
+       limit 1;
+      if v_bad_ord is not null then
+        perform jobs._scoped_tenant('jobs.enqueue_many', format('requests[%s].tenant_id', v_bad_ord),
+                                    requests -> (v_bad_ord - 1) ->> 'tenant_id');
+      end if;
+      requests := (select jsonb_agg(e.item || jsonb_build_object('tenant_id', v_bound)
+                                    order by e.ord)
+                     from jsonb_array_elements(requests) with ordinality as e(item, ord));
+    end if;
+  end if;
 
   v_new_ids := jobs._uuid_v7_many(jsonb_array_length(requests));
   begin
@@ -644,6 +673,30 @@ begin
                                 v_request.tenant_required, v_request.concurrency_key,
                                 v_request.concurrency_keyed, v_request.traceparent,
                                 v_request.enqueued_by);
+  end if;
+
+  -- a run is its tenant's (jobs._check_run_tenant), within the batch too
+  if exists (select 1 from jsonb_array_elements(requests) e where e ->> 'run_id' is not null) then
+    select format('requests[%s].run_id', r.ord)
+      into v_bad_key
+      from unnest(v_requests) r
+     where r.run_id <> r.id
+       and (exists (select 1 from jobs.jobs j
+                     where j.id = r.run_id and j.tenant_id is distinct from r.tenant_id)
+            or exists (select 1 from jobs.jobs j
+                        where j.run_id = r.run_id and j.run_id <> j.id
+                          and j.tenant_id is distinct from r.tenant_id)
+            or exists (select 1 from unnest(v_requests) o
+                        where o.run_id = r.run_id and o.tenant_id is distinct from r.tenant_id))
+     order by r.ord
+     limit 1;
+    if v_bad_key is not null then
+      perform jobs._raise(
+        'X_JOB_TENANT_MISMATCH',
+        format('jobs.enqueue_many: %s names a run of another tenant', v_bad_key),
+        jsonb_build_object('function', 'jobs.enqueue_many', 'argument', v_bad_key),
+        'continue only a run of the job''s own tenant, or leave run_id out for a fresh run');
+    end if;
   end if;
 
   v_pending := v_requests;
@@ -776,9 +829,8 @@ begin
   if found then
     perform jobs._raise(
       'X_JOB_DUPLICATE',
-      format('requests[%s]: id %s already names job %s with idempotency key %s; an id is never '
-             'reused', v_duplicate.ord, v_duplicate.id, v_duplicate.name,
-             v_duplicate.idempotency_key),
+      format('requests[%s]: id %s already names another job; an id is never reused',
+             v_duplicate.ord, v_duplicate.id),
       jsonb_build_object('reason', 'id_taken', 'existing_id', v_duplicate.id,
                          'request', v_duplicate.ord),
       'pass a fresh id, or none and one is made');

@@ -622,6 +622,9 @@ begin
                      jobs._role_name('worker'), 'usage')) then
     perform jobs._denied(array['worker'], 'jobs.claim_v1');
   end if;
+  if jobs._any_binding() then
+    perform jobs._refuse_bound('jobs.claim_v1');
+  end if;
   if queues is null or cardinality(queues) = 0 or array_ndims(queues) <> 1
      or cardinality(queues) > 1000 then
     perform jobs._raise(

@@ -55,6 +55,9 @@ begin
                      jobs._role_name('worker'), 'usage')) then
     perform jobs._denied(array['worker'], 'jobs.ack_v1');
   end if;
+  if jobs._any_binding() then
+    perform jobs._refuse_bound('jobs.ack_v1');
+  end if;
   perform jobs._check_fence('jobs.ack_v1', ack_v1.id, ack_v1.worker_id, ack_v1.claim);
   -- the counter moves in this statement, so it can never disagree with the rows
   with gone as (
@@ -98,6 +101,9 @@ begin
   if not (pg_has_role(coalesce(nullif(current_setting('role'), 'none'), session_user)::name,
                      jobs._role_name('worker'), 'usage')) then
     perform jobs._denied(array['worker'], 'jobs.ack_many_v1');
+  end if;
+  if jobs._any_binding() then
+    perform jobs._refuse_bound('jobs.ack_many_v1');
   end if;
   if worker_id is null or worker_id !~ '[^[:space:]]' or length(worker_id) > 200 then
     perform jobs._check_label('jobs.ack_many_v1', 'worker_id', ack_many_v1.worker_id);
@@ -211,6 +217,9 @@ begin
   if not (pg_has_role(coalesce(nullif(current_setting('role'), 'none'), session_user)::name,
                      jobs._role_name('worker'), 'usage')) then
     perform jobs._denied(array['worker'], 'jobs.nack_v1');
+  end if;
+  if jobs._any_binding() then
+    perform jobs._refuse_bound('jobs.nack_v1');
   end if;
   perform jobs._check_fence('jobs.nack_v1', nack_v1.id, nack_v1.worker_id, nack_v1.claim);
   if next_state is null or next_state not in ('ready', 'suspended', 'dead', 'failed') then
@@ -403,6 +412,9 @@ begin
                      jobs._role_name('worker'), 'usage')) then
     perform jobs._denied(array['worker'], 'jobs.heartbeat_v1');
   end if;
+  if jobs._any_binding() then
+    perform jobs._refuse_bound('jobs.heartbeat_v1');
+  end if;
   perform jobs._check_fence('jobs.heartbeat_v1', heartbeat_v1.id, heartbeat_v1.worker_id,
                             heartbeat_v1.claim);
   if visibility is null or visibility <= interval '0' or visibility > interval '1 day' then
@@ -466,6 +478,9 @@ begin
   if not (pg_has_role(coalesce(nullif(current_setting('role'), 'none'), session_user)::name,
                      jobs._role_name('worker'), 'usage')) then
     perform jobs._denied(array['worker'], 'jobs.heartbeat_many_v1');
+  end if;
+  if jobs._any_binding() then
+    perform jobs._refuse_bound('jobs.heartbeat_many_v1');
   end if;
   if worker_id is null or worker_id !~ '[^[:space:]]' or length(worker_id) > 200 then
     perform jobs._check_label('jobs.heartbeat_many_v1', 'worker_id',

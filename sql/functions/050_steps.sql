@@ -18,24 +18,40 @@ create type jobs.step_record as (
 );
 
 -- jobs.steps_v1: a run's step records, in the order they started.
--- Arguments: run_id. Answers one jobs.step_record per step. Raises X_ARGUMENT_INVALID.
--- Locks nothing.
-create function jobs.steps_v1(run_id uuid)
+-- Arguments: run_id; tenant_id (optional: answer nothing unless the run is this tenant's; a
+-- session bound to a tenant always reads as its tenant, 014_tenants). Answers one
+-- jobs.step_record per step. Raises X_ARGUMENT_INVALID, X_JOB_TENANT_MISMATCH. Locks nothing.
+create function jobs.steps_v1(run_id uuid, tenant_id text default null)
 returns setof jobs.step_record
 language plpgsql
 security definer
 stable
 set search_path = pg_catalog, pg_temp
 as $$
+declare
+  v_tenant text := steps_v1.tenant_id;
 begin
   -- the caller's kind, inline: a call of jobs._require costs a hot call more than the test
   if not (pg_has_role(coalesce(nullif(current_setting('role'), 'none'), session_user)::name,
-                     jobs._role_name('worker'), 'usage') or pg_has_role(coalesce(nullif(current_setting('role'), 'none'), session_user)::name,
-                     jobs._role_name('operator'), 'usage')) then
+                      jobs._role_name('worker'), 'usage')
+          or pg_has_role(coalesce(nullif(current_setting('role'), 'none'), session_user)::name,
+                         jobs._role_name('operator'), 'usage')) then
     perform jobs._denied(array['worker', 'operator'], 'jobs.steps_v1');
   end if;
   if run_id is null then
     perform jobs._invalid('jobs.steps_v1', 'run_id', 'must be a run id');
+  end if;
+  if jobs._any_binding() then
+    v_tenant := jobs._scoped_tenant('jobs.steps_v1', 'tenant_id', steps_v1.tenant_id);
+  end if;
+  -- another tenant's run answers as a run with no steps
+  if v_tenant is not null
+     and (exists (select 1 from jobs.jobs j
+                   where j.id = steps_v1.run_id and j.tenant_id is distinct from v_tenant)
+          or exists (select 1 from jobs.jobs j
+                      where j.run_id = steps_v1.run_id and j.run_id <> j.id
+                        and j.tenant_id is distinct from v_tenant)) then
+    return;
   end if;
   return query
     select s.name, s.status, s.output, s.error, s.attempts, s.started_at, s.finished_at, s.wake_at
@@ -79,6 +95,9 @@ begin
   if not (pg_has_role(coalesce(nullif(current_setting('role'), 'none'), session_user)::name,
                      jobs._role_name('worker'), 'usage')) then
     perform jobs._denied(array['worker'], 'jobs.record_step_v1');
+  end if;
+  if jobs._any_binding() then
+    perform jobs._refuse_bound('jobs.record_step_v1');
   end if;
   perform jobs._check_fence('jobs.record_step_v1', record_step_v1.id, record_step_v1.worker_id,
                             record_step_v1.claim);

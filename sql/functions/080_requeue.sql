@@ -36,12 +36,13 @@ $$;
 -- with attempt 0 and no last error. Its claim token is kept, never reset, so a token from
 -- before the requeue cannot settle the new attempt.
 -- Arguments: id; from_step (optional): that step and every step that started at or after its
--- start are dropped in the same statement, so they run again.
--- Answers true. Raises X_JOB_NOT_FOUND (no such id), X_JOB_NOT_REQUEUEABLE (the job is live:
+-- start are dropped in the same statement, so they run again; tenant_id (optional: act only on
+-- that tenant's job; a session bound to a tenant always acts for its tenant, 014_tenants).
+-- Answers true. Raises X_JOB_NOT_FOUND (no such id, or another tenant's), X_JOB_NOT_REQUEUEABLE (the job is live:
 -- requeueing it would run it twice), X_JOB_DUPLICATE (a live job holds its idempotency key),
 -- X_ARGUMENT_INVALID (from_step names no step of the run). Locks: the job row, then its steps.
 -- Wakes the job's queue.
-create function jobs.requeue(id uuid, from_step text default null)
+create function jobs.requeue(id uuid, from_step text default null, tenant_id text default null)
 returns boolean
 language plpgsql
 security definer
@@ -55,11 +56,16 @@ declare
   v_holder jobs.enqueue_result;
   v_from timestamptz;
 begin
-  perform jobs._require(array['operator'], 'jobs.requeue');
+  perform jobs._require(array['operator'], 'jobs.requeue', scoped => true);
   if id is null then
     perform jobs._invalid('jobs.requeue', 'id', 'must be a job id');
   end if;
   perform jobs._check_label('jobs.requeue', 'from_step', requeue.from_step, required => false);
+  if jobs._foreign_job(requeue.id,
+                       jobs._scoped_tenant('jobs.requeue', 'tenant_id', requeue.tenant_id)) then
+    perform jobs._raise('X_JOB_NOT_FOUND', format('no job has id %s', requeue.id),
+                        jsonb_build_object('id', requeue.id));
+  end if;
 
   select j.state into v_live from jobs.jobs_live j where j.id = requeue.id;
   if v_live is null then

@@ -5,10 +5,12 @@
 -- Tables: jobs.jobs_live (the row leaves), jobs.jobs_history (it ends there). Locks: the job row.
 
 -- jobs.cancel: cancel a live job (ready, delayed, running, suspended).
--- Arguments: id; reason (optional, kept in last_error).
+-- Arguments: id; reason (optional, kept in last_error); tenant_id (optional: act only on that
+-- tenant's job; a session bound to a tenant always acts for its tenant, 014_tenants).
 -- Answers true. Raises X_JOB_NOT_CANCELLABLE (the job is finished, and is left exactly as it
--- ended, or no job has that id), X_ARGUMENT_INVALID. Locks the row.
-create function jobs.cancel(id uuid, reason text default null)
+-- ended, or no job of the tenant has that id), X_ARGUMENT_INVALID, X_JOB_TENANT_MISMATCH.
+-- Locks the row.
+create function jobs.cancel(id uuid, reason text default null, tenant_id text default null)
 returns boolean
 language plpgsql
 security definer
@@ -19,13 +21,19 @@ declare
   v_now timestamptz := jobs._now();
   v_state text;
 begin
-  perform jobs._require(array['operator'], 'jobs.cancel');
+  perform jobs._require(array['operator'], 'jobs.cancel', scoped => true);
   if id is null then
     perform jobs._invalid('jobs.cancel', 'id', 'must be a job id');
   end if;
   if length(reason) > 1000 then
     perform jobs._invalid('jobs.cancel', 'reason',
                           format('must be at most 1000 characters, got %s', length(reason)));
+  end if;
+
+  if jobs._foreign_job(cancel.id,
+                       jobs._scoped_tenant('jobs.cancel', 'tenant_id', cancel.tenant_id)) then
+    perform jobs._raise('X_JOB_NOT_CANCELLABLE', format('no job has id %s', cancel.id),
+                        jsonb_build_object('id', cancel.id, 'state', null));
   end if;
 
   with gone as (

@@ -81,6 +81,11 @@ begin
                      jobs._role_name('enqueuer'), 'usage')) then
     perform jobs._denied(array['enqueuer'], 'jobs.outbox_stage');
   end if;
+  -- a session bound to a tenant stages for it alone (014_tenants)
+  if jobs._any_binding() then
+    outbox_stage.tenant_id := jobs._scoped_tenant('jobs.outbox_stage', 'tenant_id',
+                                                  outbox_stage.tenant_id);
+  end if;
   select t.queue, t.max_attempts, t.priority, t.tenant_required, t.concurrency_keyed
     into v_declared
     from jobs.declarations t
@@ -95,6 +100,12 @@ begin
                               outbox_stage.concurrency_key,
                               coalesce(v_declared.concurrency_keyed, false),
                               outbox_stage.traceparent, outbox_stage.enqueued_by);
+  -- refused now, as the publish would refuse it: a publish that raises holds up every row
+  -- staged after it
+  if outbox_stage.run_id is not null then
+    perform jobs._check_run_tenant('jobs.outbox_stage', 'run_id', outbox_stage.run_id,
+                                   outbox_stage.tenant_id);
+  end if;
 
   -- silent while a committed row waits unclaimed: its relay is already on the way. In the
   -- unpublished index's order, so the test reads waiting rows only: as an exists, the planner

@@ -94,7 +94,12 @@ declare
   v_cursor_at timestamptz := 'infinity';
   v_cursor_id uuid := 'ffffffff-ffff-ffff-ffff-ffffffffffff';
 begin
-  perform jobs._require(array['operator'], 'jobs.list_jobs');
+  perform jobs._require(array['operator'], 'jobs.list_jobs', scoped => true);
+  -- a session bound to a tenant acts on its tenant's rows alone (014_tenants)
+  if jobs._any_binding() then
+    list_jobs.tenant_id := jobs._scoped_tenant('jobs.list_jobs', 'tenant_id',
+                                                 list_jobs.tenant_id);
+  end if;
   if page_size is null or page_size < 1 or page_size > 200 then
     perform jobs._raise('X_JOB_PAGE_INVALID',
                         format('page_size must be from 1 to 200, got %s', page_size),
@@ -112,7 +117,8 @@ begin
     select j.created_at, j.id
       into v_cursor_at, v_cursor_id
       from jobs.jobs j
-     where j.id = coalesce(list_jobs.after, list_jobs.before);
+     where j.id = coalesce(list_jobs.after, list_jobs.before)
+       and (list_jobs.tenant_id is null or j.tenant_id = list_jobs.tenant_id);
     if not found then
       perform jobs._raise(
         'X_JOB_PAGE_INVALID',
@@ -186,11 +192,12 @@ end;
 $$;
 
 -- jobs.remove: delete a job that is not running, and its run's steps once no row of the run
--- is left. Arguments: id. Answers true.
+-- is left. Arguments: id; tenant_id (optional: act only on that tenant's job; a session bound
+-- to a tenant always acts for its tenant). Answers true.
 -- Raises X_JOB_NOT_FOUND, X_JOB_NOT_REMOVABLE (it is running: cancel it first).
 -- Locks: the job row, then its steps. Whether a row of the run is left is two index probes
 -- (jobs._run_stands), not a read of the table.
-create function jobs.remove(id uuid)
+create function jobs.remove(id uuid, tenant_id text default null)
 returns boolean
 language plpgsql
 security definer
@@ -200,7 +207,12 @@ as $$
 declare
   v_job record;
 begin
-  perform jobs._require(array['operator'], 'jobs.remove');
+  perform jobs._require(array['operator'], 'jobs.remove', scoped => true);
+  if jobs._foreign_job(remove.id,
+                       jobs._scoped_tenant('jobs.remove', 'tenant_id', remove.tenant_id)) then
+    perform jobs._raise('X_JOB_NOT_FOUND', format('no job has id %s', remove.id),
+                        jsonb_build_object('id', remove.id));
+  end if;
   select j.state, j.run_id into v_job from jobs.jobs_live j where j.id = remove.id for update;
   if found then
     if v_job.state = 'running' then
@@ -224,10 +236,10 @@ end;
 $$;
 
 -- jobs.promote: make a waiting job due now: a delayed one, or a ready one backing off.
--- Arguments: id. Answers true. Wakes its queue.
+-- Arguments: id; tenant_id (as jobs.remove's). Answers true. Wakes its queue.
 -- Raises X_JOB_NOT_FOUND, X_JOB_NOT_PROMOTABLE (it is not waiting on its run_at).
 -- Locks the row.
-create function jobs.promote(id uuid)
+create function jobs.promote(id uuid, tenant_id text default null)
 returns boolean
 language plpgsql
 security definer
@@ -239,7 +251,12 @@ declare
   v_queue text;
   v_state text;
 begin
-  perform jobs._require(array['operator'], 'jobs.promote');
+  perform jobs._require(array['operator'], 'jobs.promote', scoped => true);
+  if jobs._foreign_job(promote.id,
+                       jobs._scoped_tenant('jobs.promote', 'tenant_id', promote.tenant_id)) then
+    perform jobs._raise('X_JOB_NOT_FOUND', format('no job has id %s', promote.id),
+                        jsonb_build_object('id', promote.id));
+  end if;
   update jobs.jobs_live j
      set state = 'ready',
          run_at = v_now,
@@ -309,7 +326,12 @@ declare
   v_queues text[];
   v_queue text;
 begin
-  perform jobs._require(array['operator'], 'jobs.requeue_many');
+  perform jobs._require(array['operator'], 'jobs.requeue_many', scoped => true);
+  -- a session bound to a tenant acts on its tenant's rows alone (014_tenants)
+  if jobs._any_binding() then
+    requeue_many.tenant_id := jobs._scoped_tenant('jobs.requeue_many', 'tenant_id',
+                                                    requeue_many.tenant_id);
+  end if;
   perform jobs._bulk_check('jobs.requeue_many', requeue_many.state,
                            array['done', 'failed', 'dead', 'cancelled']);
   with movable as materialized (
@@ -389,7 +411,12 @@ declare
   v_remaining bigint;
   v_runs uuid[];
 begin
-  perform jobs._require(array['operator'], 'jobs.remove_many');
+  perform jobs._require(array['operator'], 'jobs.remove_many', scoped => true);
+  -- a session bound to a tenant acts on its tenant's rows alone (014_tenants)
+  if jobs._any_binding() then
+    remove_many.tenant_id := jobs._scoped_tenant('jobs.remove_many', 'tenant_id',
+                                                   remove_many.tenant_id);
+  end if;
   perform jobs._bulk_check('jobs.remove_many', remove_many.state,
                            array['ready', 'delayed', 'suspended', 'done', 'failed', 'dead',
                                  'cancelled']);
@@ -464,7 +491,12 @@ declare
   v_queues text[];
   v_queue text;
 begin
-  perform jobs._require(array['operator'], 'jobs.promote_many');
+  perform jobs._require(array['operator'], 'jobs.promote_many', scoped => true);
+  -- a session bound to a tenant acts on its tenant's rows alone (014_tenants)
+  if jobs._any_binding() then
+    promote_many.tenant_id := jobs._scoped_tenant('jobs.promote_many', 'tenant_id',
+                                                    promote_many.tenant_id);
+  end if;
   perform jobs._bulk_check('jobs.promote_many', promote_many.state, array['delayed', 'ready']);
   with batch as materialized (
     select j.id

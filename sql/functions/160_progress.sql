@@ -31,6 +31,9 @@ begin
                      jobs._role_name('worker'), 'usage')) then
     perform jobs._denied(array['worker'], 'jobs.progress_v1');
   end if;
+  if jobs._any_binding() then
+    perform jobs._refuse_bound('jobs.progress_v1');
+  end if;
   perform jobs._check_fence('jobs.progress_v1', progress_v1.id, progress_v1.worker_id,
                             progress_v1.claim);
   -- numeric has NaN and Infinity, which compare above every number: refuse them by name

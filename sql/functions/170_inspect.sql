@@ -5,7 +5,8 @@
 -- Locks nothing.
 
 -- jobs.inspect_job: everything stored about one job, as one JSON document.
--- Arguments: id. Answers {"job": the row (every column, input and progress included),
+-- Arguments: id; tenant_id (optional: answer only that tenant's job; a session bound to a
+-- tenant always reads as its tenant, 014_tenants). Answers {"job": the row (every column, input and progress included),
 -- "steps": the run's step trace in the order the steps started, each {name, status, attempts,
 -- started_at, updated_at, finished_at, wake_at, duration_ms (NULL until it finished),
 -- output_bytes, error}, "queue_paused": whether its queue is paused, "limit": NULL, or for a
@@ -15,7 +16,7 @@
 -- running, rate, per_seconds, started (inside the window), held_back (waiting and due while
 -- this rule has no room)}}.
 -- Raises X_JOB_NOT_FOUND. Locks nothing.
-create function jobs.inspect_job(id uuid)
+create function jobs.inspect_job(id uuid, tenant_id text default null)
 returns jsonb
 language plpgsql
 security definer
@@ -25,12 +26,16 @@ as $$
 declare
   v_job jobs.jobs;
 begin
-  perform jobs._require(array['enqueuer'], 'jobs.inspect_job');
+  perform jobs._require(array['enqueuer'], 'jobs.inspect_job', scoped => true);
   if id is null then
     perform jobs._invalid('jobs.inspect_job', 'id', 'must be a job id');
   end if;
   select j.* into v_job from jobs.jobs j where j.id = inspect_job.id;
-  if not found then
+  -- another tenant's job is answered as no job (014_tenants)
+  if not found
+     or jobs._foreign_job(inspect_job.id,
+                          jobs._scoped_tenant('jobs.inspect_job', 'tenant_id',
+                                              inspect_job.tenant_id)) then
     perform jobs._raise('X_JOB_NOT_FOUND',
                         format('jobs.inspect_job: no job has id %s', inspect_job.id),
                         jsonb_build_object('function', 'jobs.inspect_job', 'id', inspect_job.id));

@@ -4,7 +4,7 @@ begin;
 select plan(36);
 
 -- jobs.version: the installed schema version is the newest revision's number
-select is(jobs.version(), 10, 'jobs.version() answers 10, the roles'' revision');
+select is(jobs.version(), 11, 'jobs.version() answers 11, the tenants'' revision');
 
 -- jobs._now honours durajobs.now, and follows it when it changes mid-transaction
 set local durajobs.now = '2026-01-01 00:00:00+00';
@@ -119,7 +119,8 @@ select results_eq(
            ('X_JOB_NOT_FOUND', 'JQ011'), ('X_JOB_NOT_REQUEUEABLE', 'JQ012'),
            ('X_JOB_NOT_CANCELLABLE', 'JQ013'), ('X_JOB_PAGE_INVALID', 'JQ014'),
            ('X_JOB_NOT_REMOVABLE', 'JQ015'), ('X_JOB_NOT_PROMOTABLE', 'JQ016'),
-           ('X_JOB_TENANT_REQUIRED', 'JQ017'), ('X_PERMISSION_DENIED', 'JQ018')$$,
+           ('X_JOB_TENANT_REQUIRED', 'JQ017'), ('X_PERMISSION_DENIED', 'JQ018'),
+           ('X_JOB_TENANT_MISMATCH', 'JQ019')$$,
   'each X_* code maps to its documented sqlstate');
 select is_empty(
   $$select code from jobs.error_codes where btrim(fix) = ''$$,

@@ -474,20 +474,33 @@ def publish_event(
     *,
     correlation_key: str | None = None,
     ttl: timedelta | None = None,
+    tenant_id: str | None = None,
 ) -> Call[UUID]:
+    """`jobs.publish_event`; `tenant_id` makes it an event for that tenant's runs alone."""
     arguments = {
         "name": name,
         "payload": None if payload is None else Jsonb(payload),
         "correlation_key": correlation_key,
         "ttl": ttl,
+        "tenant_id": tenant_id,
     }
     return _call("jobs.publish_event", "", arguments, _scalar, scalar=True)
 
 
 def find_event(
-    name: str, *, correlation_key: str | None = None, after: datetime | None = None
+    name: str,
+    *,
+    correlation_key: str | None = None,
+    after: datetime | None = None,
+    tenant_id: str | None = None,
 ) -> Call[EventLookup]:
-    arguments = {"name": name, "correlation_key": correlation_key, "after": after}
+    """`jobs.find_event` for a run of `tenant_id`: another tenant's events are never found."""
+    arguments = {
+        "name": name,
+        "correlation_key": correlation_key,
+        "after": after,
+        "tenant_id": tenant_id,
+    }
     return _call("jobs.find_event", EventLookup.COLUMNS, arguments, _one(EventLookup.from_row))
 
 

@@ -214,7 +214,12 @@ class _Writer:
         )
 
     async def find_event(self, event: str, match: str | None, after: datetime) -> EventLookup:
-        return await self._db.run(calls.find_event(event, correlation_key=match, after=after))
+        # the run's tenant: an event published for another tenant is not this run's
+        return await self._db.run(
+            calls.find_event(
+                event, correlation_key=match, after=after, tenant_id=self._claimed.tenant_id
+            )
+        )
 
 
 def _error_text(error: BaseException) -> str:

@@ -257,3 +257,47 @@ def test_a_worker_clock_running_ahead_neither_misses_an_event_nor_times_out_earl
     second = asyncio.run(_attempt(database_url, registry))
     assert second.outcome is durajobs.Outcome.COMPLETED
     assert answers == [{"late": False}]
+
+
+class TenantOrder(BaseModel):
+    order_id: str
+    org_id: str
+
+
+def test_a_run_takes_only_its_own_tenants_events(database_url):
+    """An event published for tenant globex is not acme's run's, even with the same name and
+    correlation key: the step runner asks for its run's tenant's events (014_tenants)."""
+    registry = durajobs.Registry(database_url=database_url)
+    received: list[object] = []
+
+    @declare(
+        registry,
+        "ship.tenant",
+        input=TenantOrder,
+        idempotency_key=lambda o: o.order_id,
+        tenant=lambda o: o.org_id,
+    )
+    async def ship(ctx):
+        received.append(
+            await ctx.step.wait_for_event("wait-paid", "order.paid", match=ctx.input.order_id)
+        )
+
+    job = ship.enqueue({"order_id": "o-1", "org_id": "acme"})
+    first = asyncio.run(_attempt(database_url, registry))
+    assert first.outcome is durajobs.Outcome.SUSPENDED
+    with durajobs.Client.connect(database_url) as client:
+        client.publish_event(
+            "order.paid", {"by": "globex"}, correlation_key="o-1", tenant_id="globex"
+        )
+    # another tenant's event neither woke the run nor is taken by it
+    assert _row(database_url, "select run_at > now() from jobs.jobs where id = %s", [job.id]) == (
+        True,
+    )
+    _make_due(database_url)
+    again = asyncio.run(_attempt(database_url, registry))
+    assert again.outcome is durajobs.Outcome.SUSPENDED
+    with durajobs.Client.connect(database_url) as client:
+        client.publish_event("order.paid", {"by": "acme"}, correlation_key="o-1", tenant_id="acme")
+    last = asyncio.run(_attempt(database_url, registry))
+    assert last.outcome is durajobs.Outcome.COMPLETED
+    assert received == [{"by": "acme"}]

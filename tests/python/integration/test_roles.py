@@ -19,7 +19,7 @@ from psycopg.conninfo import make_conninfo
 
 import durajobs
 from durajobs._db import calls
-from durajobs.errors import PermissionDenied
+from durajobs.errors import JobTenantMismatch, PermissionDenied
 from durajobs.runtime.worker import Worker
 from support.factory import declare
 from support.running import run_until
@@ -124,3 +124,24 @@ def test_durajobs_roles_makes_the_roles_from_the_command_line(database_url):
             for role in names:
                 owner.execute(f"drop owned by {role} cascade")
                 owner.execute(f"drop role if exists {role}")
+
+
+def test_a_login_bound_to_a_tenant_enqueues_for_it_alone(database_url, roles):
+    tenant_role = f"{roles['enqueuer_role']}_acme"
+    with psycopg.connect(database_url, autocommit=True) as owner:
+        owner.execute(f"create role {tenant_role}")
+        owner.execute(f"grant {tenant_role} to {roles['enqueuer_role']}_login")
+        owner.execute("select jobs.bind_tenant(%s, 'acme')", [tenant_role])
+    try:
+        with durajobs.Client.connect(roles["enqueuer_url"]) as client:
+            job = client.enqueue("n", {}, "k")
+            with pytest.raises(JobTenantMismatch) as refused:
+                client.enqueue("n", {}, "k2", tenant_id="globex")
+        assert refused.value.code == "X_JOB_TENANT_MISMATCH"
+        with psycopg.connect(database_url) as owner:
+            tenants = owner.execute("select id, tenant_id from jobs.jobs").fetchall()
+        assert tenants == [(job.id, "acme")]
+    finally:
+        with psycopg.connect(database_url, autocommit=True) as owner:
+            owner.execute("select jobs.unbind_tenant(%s)", [tenant_role])
+            owner.execute(f"drop role {tenant_role}")
