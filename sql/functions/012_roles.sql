@@ -62,7 +62,8 @@ declare
   v_kind text;
 begin
   foreach v_kind in array kinds loop
-    if jobs._role_name(v_kind) is null or pg_has_role(v_caller, jobs._role_name(v_kind), 'usage') then
+    if jobs._role_name(v_kind) is null
+       or pg_has_role(v_caller, jobs._role_name(v_kind), 'usage') then
       if not scoped then
         perform jobs._refuse_bound(function_name);
       end if;
@@ -122,9 +123,10 @@ $$;
 -- over and the old roles keep nothing.
 -- Grants each role USAGE on schema jobs and EXECUTE on every public function; each function
 -- then refuses a caller outside its kinds with X_PERMISSION_DENIED (the owner's own,
--- jobs.use_test_clock, jobs.set_size_limit and this one, refuse every caller but the owner). The worker and operator roles become
--- members of the enqueuer role, the schema's owner a member of all three, and the operator role
--- may SELECT from the view jobs.jobs and the tables an operator reads in psql.
+-- jobs.use_test_clock, jobs.set_size_limit and this one, refuse every caller but the owner).
+-- The worker and operator roles become members of the enqueuer role, the schema's owner a
+-- member of all three, and the operator role may SELECT from the view jobs.jobs and the tables
+-- an operator reads in psql.
 -- Arguments: the three role names (durajobs_enqueuer, durajobs_worker, durajobs_operator).
 -- Answers (kind, role_name, created) per kind. Raises X_ARGUMENT_INVALID, X_PERMISSION_DENIED.
 -- Locks jobs.roles and the catalogue rows it changes.

@@ -194,7 +194,10 @@ begin
                           'a role of the tenant''s own');
   end if;
   perform jobs._check_label('jobs.bind_tenant', 'tenant_id', bind_tenant.tenant_id);
-  select b.tenant_id into v_previous from jobs.tenant_bindings b where b.role_name = bind_tenant.role;
+  select b.tenant_id
+    into v_previous
+    from jobs.tenant_bindings b
+   where b.role_name = bind_tenant.role;
   insert into jobs.tenant_bindings as b (role_name, tenant_id)
   values (bind_tenant.role, bind_tenant.tenant_id)
   on conflict on constraint tenant_bindings_pkey do update set tenant_id = excluded.tenant_id;

@@ -7,8 +7,8 @@
 -- limit counts the row, its capped flag). Locks: the unique indexes only (an insert that meets an
 -- uncommitted twin waits for that transaction, as any unique insert does).
 -- Wake: pg_notify('jobs_wake', <the queue's wake token, 013_wake>) at most once per queue per
--- 250 ms slot, for rows due within 1 s, never for a dedupe. The throttle is in the statement because NOTIFY serialises
--- committing transactions; the workers' poll remains the guarantee.
+-- 250 ms slot, for rows due within 1 s, never for a dedupe. The throttle is in the statement
+-- because NOTIFY serialises committing transactions; the workers' poll remains the guarantee.
 
 create type jobs.enqueue_result as (
   id uuid,
@@ -566,7 +566,8 @@ begin
        order by e.ord
        limit 1;
       if v_bad_ord is not null then
-        perform jobs._scoped_tenant('jobs.enqueue_many', format('requests[%s].tenant_id', v_bad_ord),
+        perform jobs._scoped_tenant('jobs.enqueue_many',
+                                    format('requests[%s].tenant_id', v_bad_ord),
                                     requests -> (v_bad_ord - 1) ->> 'tenant_id');
       end if;
       requests := (select jsonb_agg(e.item || jsonb_build_object('tenant_id', v_bound)

@@ -38,9 +38,10 @@ $$;
 -- Arguments: id; from_step (optional): that step and every step that started at or after its
 -- start are dropped in the same statement, so they run again; tenant_id (optional: act only on
 -- that tenant's job; a session bound to a tenant always acts for its tenant, 014_tenants).
--- Answers true. Raises X_JOB_NOT_FOUND (no such id, or another tenant's), X_JOB_NOT_REQUEUEABLE (the job is live:
--- requeueing it would run it twice), X_JOB_DUPLICATE (a live job holds its idempotency key),
--- X_ARGUMENT_INVALID (from_step names no step of the run). Locks: the job row, then its steps.
+-- Answers true. Raises X_JOB_NOT_FOUND (no such id, or another tenant's),
+-- X_JOB_NOT_REQUEUEABLE (the job is live: requeueing it would run it twice), X_JOB_DUPLICATE
+-- (a live job holds its idempotency key), X_ARGUMENT_INVALID (from_step names no step of the
+-- run), X_JOB_TENANT_MISMATCH. Locks: the job row, then its steps.
 -- Wakes the job's queue.
 create function jobs.requeue(id uuid, from_step text default null, tenant_id text default null)
 returns boolean

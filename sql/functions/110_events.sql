@@ -68,8 +68,8 @@ begin
   if payload is null then
     perform jobs._invalid('jobs.publish_event', 'payload', 'must be a JSON value (''{}'' for none)');
   end if;
-  perform jobs._check_bytes('jobs.publish_event', 'payload', jobs._json_bytes(publish_event.payload),
-                            'input');
+  perform jobs._check_bytes('jobs.publish_event', 'payload',
+                            jobs._json_bytes(publish_event.payload), 'input');
   if ttl is null or ttl <= interval '0' or ttl > interval '10 years' then
     perform jobs._invalid('jobs.publish_event', 'ttl', 'must be a positive interval of at most 10 years');
   end if;

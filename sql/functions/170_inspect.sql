@@ -6,7 +6,9 @@
 
 -- jobs.inspect_job: everything stored about one job, as one JSON document.
 -- Arguments: id; tenant_id (optional: answer only that tenant's job; a session bound to a
--- tenant always reads as its tenant, 014_tenants). Answers {"job": the row (every column, input and progress included),
+-- tenant always reads as its tenant, 014_tenants). Answers {"job": the row (every column, input
+-- and progress included; the value of each input key that looks like a secret replaced by
+-- "[redacted]", 017_redaction),
 -- "steps": the run's step trace in the order the steps started, each {name, status, attempts,
 -- started_at, updated_at, finished_at, wake_at, duration_ms (NULL until it finished),
 -- output_bytes, error}, "queue_paused": whether its queue is paused, "limit": NULL, or for a
@@ -42,7 +44,8 @@ begin
   end if;
 
   return jsonb_build_object(
-    'job', to_jsonb(v_job),
+    -- the input as an operator may see it: secrets' values hidden (017_redaction)
+    'job', jsonb_set(to_jsonb(v_job), '{input}', jobs._redacted(v_job.input)),
     'steps', coalesce((
       select jsonb_agg(jsonb_build_object(
                'name', s.name,

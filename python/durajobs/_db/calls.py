@@ -687,6 +687,17 @@ def grant_roles(
     return _call("jobs.grant_roles", RoleGrant.COLUMNS, arguments, _all(RoleGrant.from_row))
 
 
+def redact_keys(fragments: Sequence[str]) -> Call[int]:
+    """`jobs.redact_keys`: hide these input keys' values from operators too (answers how
+    many were new)."""
+    return Call(
+        function="jobs.redact_keys",
+        sql="select jobs.redact_keys(fragments => %(fragments)s::text[])",
+        params={"fragments": list(fragments)},
+        decode=_scalar,
+    )
+
+
 def workers_live() -> Call[list[WorkerRecord]]:
     return _call("jobs.workers_live", WorkerRecord.COLUMNS, {}, _all(WorkerRecord.from_row))
 

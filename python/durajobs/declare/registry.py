@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import functools
 import inspect
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, Generic, Literal, Protocol, TypedDict, TypeVar, Unpack
@@ -336,18 +336,27 @@ class Registry:
         *,
         outbox: bool = False,
         mode: Literal["direct", "required"] = "direct",
+        redact: Sequence[str] = (),
     ) -> None:
         """`database_url` is the queue's database. `outbox=True`: an enqueue inside a caller's
         transaction stages the job in that database's jobs.outbox for a relay to publish (the
         queue lives elsewhere); otherwise it writes the job itself in the transaction.
         `mode='required'`: an enqueue outside any transaction is X_OUTBOX_NO_TX instead of a
-        direct publish."""
+        direct publish. `redact`: more key fragments (e.g. 'ssn') whose values an operator never
+        sees in a job's input (jobs.inspect_job; password, token, secret, authorization and
+        api_key are hidden already), declared with the jobs."""
         if mode not in ("direct", "required"):
             raise DeclarationInvalid(
                 f"mode must be 'direct' or 'required', got {mode!r}", detail={"field": "mode"}
             )
+        if isinstance(redact, str) or not all(isinstance(key, str) and key for key in redact):
+            raise DeclarationInvalid(
+                f"redact must be a list of key fragments, got {redact!r}",
+                detail={"field": "redact"},
+            )
         self._jobs: dict[str, Job[Any]] = {}
         self._tasks: dict[str, Task] = {}
+        self.redact = tuple(redact)
         self.router = Router(database_url, outbox=outbox, mode=mode)
 
     @property
@@ -502,7 +511,9 @@ class Registry:
     ) -> list[Declared]:
         """Write every declared job into the catalogue (`jobs.declarations`), on `using` or the
         registry's database; a name another deploy declared differently answers a conflict and
-        keeps the stored declaration unless `replace`."""
+        keeps the stored declaration unless `replace`; declares the `redact` keys too."""
+        if self.redact:
+            self.run(calls.redact_keys(self.redact), using)
         return [
             self.run(job.declaration(declared_by=declared_by, replace=replace), using)
             for job in self.jobs()

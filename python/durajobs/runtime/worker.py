@@ -407,6 +407,8 @@ class Worker:
         declared_by = deploy_label(self.worker_id)
         unenforced: dict[str, Any] = {}
         try:
+            if self.registry.redact:
+                await self.db.run(calls.redact_keys(self.registry.redact))
             for job in self.registry.jobs():
                 answer = await self.db.run(job.declaration(declared_by=declared_by))
                 if answer.outcome is DeclareOutcome.CONFLICT:

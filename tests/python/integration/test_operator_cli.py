@@ -266,6 +266,33 @@ def test_show_json_is_the_job_detail(client, durajobs):
     ]
 
 
+def test_show_hides_the_values_of_secret_input_keys_in_text_and_json(client, durajobs):
+    """An operator reading a job sees no password, token, secret, authorization or api key of
+    its input (nor a key the application declared), with or without --json; the row keeps
+    them (017_redaction)."""
+    job = client.enqueue(
+        "signup",
+        {"email": "a@b.c", "password": "hunter2", "auth": {"api_key": "k-1"}, "ssn": "1-2-3"},
+        "su-1",
+    )
+    client.run(calls.redact_keys(["ssn"]))
+
+    answer = durajobs("jobs", "show", str(job.id), "--json").json()
+    assert answer["job"]["input"] == {
+        "email": "a@b.c",
+        "password": "[redacted]",
+        "auth": {"api_key": "[redacted]"},
+        "ssn": "[redacted]",
+    }
+    human = durajobs("jobs", "show", str(job.id)).out
+    assert "hunter2" not in human
+    assert "k-1" not in human
+    stored = client.connection.execute(
+        "select input ->> 'password' from jobs.jobs where id = %s", [job.id]
+    ).fetchone()
+    assert stored == ("hunter2",)
+
+
 def test_show_with_app_computes_the_retries_ahead(client, durajobs, monkeypatch):
     monkeypatch.chdir(TESTS)  # --app modules import from the working directory, as in a shell
     id = failed_job(client, "flaky-1", "flaky", name="flaky", max_attempts=4)

@@ -16,6 +16,7 @@ from typing import Any
 import psycopg
 import pytest
 from psycopg.conninfo import make_conninfo
+from pydantic import BaseModel
 
 import durajobs
 from durajobs._db import calls
@@ -145,3 +146,32 @@ def test_a_login_bound_to_a_tenant_enqueues_for_it_alone(database_url, roles):
         with psycopg.connect(database_url, autocommit=True) as owner:
             owner.execute("select jobs.unbind_tenant(%s)", [tenant_role])
             owner.execute(f"drop role {tenant_role}")
+
+
+class Payment(BaseModel):
+    key: str
+    card_number: str
+
+
+def test_a_worker_declares_its_registrys_redacted_keys(database_url, roles):
+    registry = durajobs.Registry(database_url=roles["enqueuer_url"], redact=["card-number"])
+
+    @declare(registry, "pay", input=Payment)
+    def handler(ctx: Any) -> None:
+        return None
+
+    job = registry.get("pay").enqueue({"key": "k", "card_number": "4111"})
+    worker = Worker(registry, roles["worker_url"], queues=["default"])
+    with psycopg.connect(database_url) as owner:
+
+        def done() -> bool:
+            (state,) = owner.execute(
+                "select state from jobs.jobs where id = %s", [job.id]
+            ).fetchone()
+            owner.rollback()
+            return bool(state == "done")
+
+        asyncio.run(run_until(worker, done))
+    with durajobs.Client.connect(roles["operator_url"]) as operator:
+        shown = operator.inspect_job(job.id)
+    assert shown["job"]["input"] == {"key": "k", "card_number": "[redacted]"}
