@@ -938,10 +938,11 @@ def test_an_idle_pass_is_one_claim_over_every_queue(database_url):
     assert all(sorted(queues) == ["a", "b", "c", "d"] for queues in claims)
 
 
-def test_a_wake_for_a_queue_the_worker_does_not_serve_is_ignored(database_url):
-    registry = _registry(database_url)
+def _idle_listener_on_mine(database_url):
+    """A worker of queue 'mine' that polls once a minute and listens, and the list its claims
+    are counted in (one element a claim)."""
     worker = Worker(
-        registry,
+        _registry(database_url),
         database_url,
         queues=["mine"],
         listen=True,
@@ -958,13 +959,24 @@ def test_a_wake_for_a_queue_the_worker_does_not_serve_is_ignored(database_url):
         return await real_run(call)
 
     worker.db.run = counting  # type: ignore[method-assign]
+    return worker, claims
+
+
+async def _listening(worker, claims):
+    """Start `worker`; answer its task once its listener is proven and its first claim ran."""
+    runner = asyncio.ensure_future(worker.run())
+    await eventually(
+        lambda: worker._wake is not None and worker._wake.proven and claims,
+        what="a proven listener and a first claim",
+    )
+    return runner
+
+
+def test_a_wake_for_a_queue_the_worker_does_not_serve_is_ignored(database_url):
+    worker, claims = _idle_listener_on_mine(database_url)
 
     async def scenario():
-        runner = asyncio.ensure_future(worker.run())
-        await eventually(
-            lambda: worker._wake is not None and worker._wake.proven and claims,
-            what="a proven listener and a first claim",
-        )
+        runner = await _listening(worker, claims)
         before = len(claims)
         # a wake carries a queue's token (jobs.wake_tokens), never its name
         for payload in ("theirs", "mine", "jobs._wake_token('theirs')"):
@@ -996,32 +1008,10 @@ def test_replayed_wakes_cost_at_most_one_claim_each(database_url):
     worker at most one claim per wake (a wake only sets the claim loop's event, so wakes that
     arrive during a pass share the next one), and nothing more: no poll is shortened for
     good."""
-    registry = _registry(database_url)
-    worker = Worker(
-        registry,
-        database_url,
-        queues=["mine"],
-        listen=True,
-        poll_floor=timedelta(minutes=1),
-        idle_ceiling=timedelta(minutes=1),
-        woken_idle_ceiling=timedelta(minutes=1),
-    )
-    real_run = worker.db.run
-    claims: list[int] = []
-
-    async def counting(call):
-        if call.function == "jobs.claim_v1":
-            claims.append(1)
-        return await real_run(call)
-
-    worker.db.run = counting  # type: ignore[method-assign]
+    worker, claims = _idle_listener_on_mine(database_url)
 
     async def scenario():
-        runner = asyncio.ensure_future(worker.run())
-        await eventually(
-            lambda: worker._wake is not None and worker._wake.proven and claims,
-            what="a proven listener and a first claim",
-        )
+        runner = await _listening(worker, claims)
         before = len(claims)
 
         def replay() -> None:
