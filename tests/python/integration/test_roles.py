@@ -41,12 +41,15 @@ def roles(database_url: str) -> Iterator[dict[str, str]]:
             ("operator", True),
         ]
         for kind, login in logins.items():
-            owner.connection.execute(f"create role {login} login")
+            # a password of its own: a server that asks for one (scram in CI) must not be sent
+            # the owner's PGPASSWORD
+            owner.connection.execute(f"create role {login} login password '{tag}'")
             if kind in names:
                 owner.connection.execute(f"grant {names[kind]} to {login}")
     try:
         urls = {
-            f"{kind}_url": make_conninfo(database_url, user=login) for kind, login in logins.items()
+            f"{kind}_url": make_conninfo(database_url, user=login, password=tag)
+            for kind, login in logins.items()
         }
         yield {**urls, **{f"{kind}_role": name for kind, name in names.items()}}
     finally:
