@@ -82,6 +82,19 @@ def _cmd_migrate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_manifest(args: argparse.Namespace) -> int:
+    from durajobs.declare.manifest import manifest_text
+
+    text = manifest_text(load_registry(args.app))
+    if args.out:
+        # bytes, not the locale's encoding: the file is the same on every machine
+        with open(args.out, "wb") as written:
+            written.write(text.encode())
+    else:
+        sys.stdout.buffer.write(text.encode())
+    return 0
+
+
 def _cmd_roles(args: argparse.Namespace) -> int:
     call = calls.grant_roles(enqueuer=args.enqueuer, worker=args.worker, operator=args.operator)
     with Client.connect(database_url(args.database_url)) as client:
@@ -298,6 +311,16 @@ def _parser() -> argparse.ArgumentParser:
         help="with --app: this deploy's declarations replace different stored ones",
     )
     migrate_command.set_defaults(run=_cmd_migrate)
+
+    manifest_command = commands.add_parser(
+        "manifest",
+        help="print the manifest of an app's jobs and tasks (JSON, byte-identical across runs)",
+        description="Describe every job and task a registry declares, as one JSON document to "
+        "commit and diff between deploys (durajobs.declare.manifest).",
+    )
+    manifest_command.add_argument("--app", required=True, help="module:registry")
+    manifest_command.add_argument("--out", help="write it to this file instead of printing it")
+    manifest_command.set_defaults(run=_cmd_manifest)
 
     roles_command = with_database(
         commands.add_parser(

@@ -27,6 +27,9 @@ from durajobs.errors import DeclarationInvalid
 class EntryJob(Protocol):
     """What a task's entry names: a declared job (`durajobs.Job`), seen from the cron side."""
 
+    @property
+    def name(self) -> str: ...
+
     def request(self, input: Any) -> EnqueueRequest: ...
 
     def enqueue(self, input: Any, *, using: Any = None) -> EnqueueResult: ...
@@ -34,6 +37,8 @@ class EntryJob(Protocol):
 
 CatchUp = Literal["skip", "run-once", "run-all"]
 DEFAULT_MAX_CATCH_UP = 10
+# the instant a task's describe() asks its entries at: fixed, so a manifest never changes by itself
+DESCRIBED_AT = datetime(2000, 1, 1, tzinfo=UTC)
 Entries = Callable[[datetime], Sequence[tuple[EntryJob, Mapping[str, Any]]]]
 
 
@@ -138,12 +143,26 @@ class Task:
         return [job.enqueue(input, using=using) for job, input in self.entries(now)]
 
     def describe(self) -> dict[str, Any]:
+        """A plain description: its schedule and the jobs its entries enqueue, in the entries'
+        order. The entries are asked for the first occurrence after a fixed instant (no I/O, and
+        the same answer on every run, so a manifest of it is byte-identical); entries that
+        cannot be asked synchronously describe no jobs."""
+        try:
+            entries = self.entries(self.next_run(DESCRIBED_AT))
+        except Exception:
+            entries = []
+        if inspect.isawaitable(entries):
+            if inspect.iscoroutine(entries):
+                entries.close()
+            entries = []
         return {
+            "kind": "task",
             "name": self.name,
             "cron": self.cron,
             "tz": self.tz.key,
             "catch_up": self.catch_up,
             "max_catch_up": self.max_catch_up,
+            "jobs": list(dict.fromkeys(job.name for job, _input in entries)),
         }
 
 

@@ -292,9 +292,12 @@ class Job(Generic[I]):
         )
 
     def describe(self) -> dict[str, Any]:
-        """A plain description for dashboards and manifests; never the key itself."""
+        """A plain description for dashboards and manifests; never the key itself. `steps` is
+        always empty: a body's steps are known only when it runs."""
         return {
+            "kind": "job",
             "name": self.name,
+            "steps": [],
             "queue": self.queue,
             "priority": self.priority,
             "concurrency": (
