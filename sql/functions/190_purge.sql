@@ -3,7 +3,7 @@
 -- batch a call), the steps of runs no row is left of, published outbox rows and expired events.
 --
 -- Tables: jobs.jobs_history (drop of day partitions, delete), jobs.steps, jobs.outbox,
--- jobs.events (delete). Also here: how a run's rows are found (the run_shared indexes,
+-- jobs.events (delete), jobs.purge_cursor (where the orphan-step sweep stopped). Also here: how a run's rows are found (the run_shared indexes,
 -- jobs._run_stands, used by jobs.remove and jobs.remove_many too); the default run_id of
 -- jobs.enqueue, jobs.enqueue_many and jobs.outbox_stage is the job's own id, which keeps those
 -- indexes small (the functions themselves stay in their files).
@@ -13,6 +13,15 @@
 -- Calls are serialised by a transaction-scoped advisory lock: two purges splitting one run
 -- between them would each see the other's row still standing and leave the run's steps behind.
 -- One clock reading a call (jobs._now()).
+
+-- where the orphan sweep of jobs.purge stopped: the last run id of jobs.steps it examined
+-- (NULL: start from the first). One row.
+create table jobs.purge_cursor (
+  only_row boolean primary key default true check (only_row),
+  steps_after uuid
+);
+
+insert into jobs.purge_cursor (steps_after) values (null);
 
 -- the finished rows by age that are deleted row by row: the done rows that landed in the default
 -- partition (they finished on a day with no partition of its own) and the ended rows. A day
@@ -152,8 +161,10 @@ $$;
 -- once the day's end is that old, at most one a call, and a batch of the default partition's
 -- rows); failed, dead and cancelled jobs
 -- finished more than ended_after ago (a batch); the steps of the runs whose last row went;
--- outbox rows published more than published_after ago; events past their expiry. Also makes
--- the day partitions of the next days (jobs.prepare_history).
+-- outbox rows published more than published_after ago; events past their expiry; and the
+-- steps of the next batch_size runs of jobs.steps (from where the last call stopped) that have
+-- no row left at all (the orphan sweep). Also makes the day partitions of the next days
+-- (jobs.prepare_history).
 -- Never a live job (ready, delayed, running, suspended), never an unpublished outbox row, and
 -- never a finished job that an unpublished outbox row of this database names (its relay
 -- published it and stopped before marking the row: the job must stay to meet the next publish,
@@ -184,6 +195,7 @@ declare
   v_events integer;
   v_runs uuid[];
   v_day text;
+  v_after uuid;
 begin
   perform jobs._require(array['worker', 'operator'], 'jobs.purge');
   perform jobs._check_interval('jobs.purge', 'done_after', purge.done_after, interval '0',
@@ -290,6 +302,28 @@ begin
     returning 1
   )
   select count(*) into v_events from gone;
+
+  -- the orphan sweep: steps whose run has no row left (two purges that split a run under an
+  -- older revision, a row deleted by hand). Each call examines the next batch_size runs of
+  -- jobs.steps in key order from where the last one stopped, so it costs a bounded walk of the
+  -- primary key and a few probes a run, and the whole table is swept over calls. A run whose
+  -- row is enqueued meanwhile (a run_id naming it) starts with no stale steps to replay.
+  select c.steps_after into v_after from jobs.purge_cursor c;
+  select coalesce(array_agg(r.run_id order by r.run_id), '{}')
+    into v_runs
+    from (select distinct s.run_id
+            from jobs.steps s
+           where v_after is null or s.run_id > v_after
+           order by s.run_id
+           limit purge.batch_size) r;
+  delete from jobs.steps s
+   where s.run_id = any(array(select r from unnest(v_runs) r where not jobs._run_stands(r)));
+  get diagnostics v_rows = row_count;
+  v_steps := v_steps + v_rows;
+  -- a short batch reached the end: the next call starts again from the first run
+  update jobs.purge_cursor c
+     set steps_after = case when cardinality(v_runs) < purge.batch_size then null
+                            else v_runs[cardinality(v_runs)] end;
 
   return (v_jobs, v_steps, v_outbox, v_events)::jobs.purge_result;
 end;

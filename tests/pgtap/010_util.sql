@@ -4,7 +4,7 @@ begin;
 select plan(36);
 
 -- jobs.version: the installed schema version is the newest revision's number
-select is(jobs.version(), 12, 'jobs.version() answers 12, the redaction''s revision');
+select is(jobs.version(), 13, 'jobs.version() answers 13, the orphan sweep''s revision');
 
 -- jobs._now honours durajobs.now, and follows it when it changes mid-transaction
 set local durajobs.now = '2026-01-01 00:00:00+00';

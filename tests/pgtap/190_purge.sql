@@ -5,7 +5,7 @@
 -- or a finished job an unpublished outbox row names.
 begin;
 \ir fixtures/factory.sql
-select plan(78);
+select plan(86);
 
 -- local helpers (in jobs_test, so the rollback removes them) ----------------------------------
 
@@ -307,6 +307,8 @@ analyze jobs.jobs_live, jobs.jobs_history;
 -- a table of 201 rows is one the planner may rather scan whole for the delete by id; at any
 -- size that matters it never would, and what this checks is the windows' and probes' reads
 set local enable_seqscan = off;
+-- the orphan sweep's walk (below) is measured on its own: here it starts past the last run
+update jobs.purge_cursor set steps_after = 'ffffffff-ffff-ffff-ffff-ffffffffffff';
 select jobs_test.mark();
 select is(jobs_test.purged(), '1/1/0/0',
           'the one done job of age goes with its step, the 200 dead stay');
@@ -382,6 +384,31 @@ select is(jobs_test.purged(), '0/0/0/0', 'a second call leaves it');
 update jobs.outbox set published_at = jobs._now() where id = :'day_kept';
 select is(jobs_test.purged(), '1/1/0/0', 'once the row is published, the day goes');
 select ok(to_regclass('jobs.jobs_history_done_p20270501') is null, 'partition and all');
+
+-- =============================================================================================
+-- the orphan sweep (Q185): steps whose run has no row left go, batch_size runs a call from where
+-- the last call stopped; a standing run's steps stay
+
+delete from jobs.steps;
+update jobs.purge_cursor set steps_after = null;
+select jobs_test.enqueue(queue => 'sweep', idempotency_key => 'sweep-kept') as kept_id \gset
+insert into jobs.steps (run_id, name, status, attempts, started_at, updated_at)
+values ('00000000-0000-7000-8000-000000000001', 'lost-1', 'completed', 1, jobs._now(), jobs._now()),
+       ('00000000-0000-7000-8000-000000000001', 'lost-2', 'completed', 1, jobs._now(), jobs._now()),
+       ('00000000-0000-7000-8000-000000000002', 'lost-3', 'completed', 1, jobs._now(), jobs._now()),
+       (:'kept_id', 'kept', 'completed', 1, jobs._now(), jobs._now());
+
+select is((jobs.purge(batch_size => 1)).steps, 2, 'a call of batch 1 sweeps the first run''s two orphan steps');
+select is((select steps_after from jobs.purge_cursor), '00000000-0000-7000-8000-000000000001'::uuid,
+          'and the cursor stands after it');
+select is((jobs.purge(batch_size => 1)).steps, 1, 'the next call sweeps the next run');
+select is((jobs.purge(batch_size => 1)).steps, 0, 'a standing run''s steps are not orphans');
+select is((select count(*)::integer from jobs.steps where name = 'kept'), 1,
+          'the live job''s step stays');
+select is((jobs.purge(batch_size => 1)).steps, 0, 'a call past the last run sweeps nothing');
+select is((select steps_after from jobs.purge_cursor), null,
+          'and the next starts again from the first run');
+select is((select count(*)::integer from jobs.steps), 1, 'only the standing run''s step is left');
 
 -- =============================================================================================
 -- the indexes the purge walks
