@@ -164,6 +164,10 @@ class JobNotPromotable(DurajobsError):
     code = "X_JOB_NOT_PROMOTABLE"
 
 
+class JobNotDrainable(DurajobsError):
+    code = "X_JOB_NOT_DRAINABLE"
+
+
 class SchemaVersionMismatch(DurajobsError):
     """The database's jobs schema is missing or not the version this package speaks."""
 

@@ -11,7 +11,7 @@ security definer
 stable
 set search_path = pg_catalog, pg_temp
 as $$
-  select 13
+  select 14
 $$;
 
 -- jobs._now: the one clock every function reads: the transaction's now(). A database whose
@@ -172,6 +172,8 @@ insert into jobs.error_codes (code, sqlstate, fix) values
    'declare tenant=lambda input: input.org_id, or tenant=''none'' for a job with no tenant; from SQL pass tenant_id => the tenant the job acts for'),
   ('X_PERMISSION_DENIED', 'JQ018',
    'call it as a login granted the role the message names (jobs.grant_roles, docs/operations.md), or as the owner of schema jobs'),
+  ('X_JOB_NOT_DRAINABLE', 'JQ020',
+   'only a live job drains: a finished one stays as it ended (select jobs.requeue(id => ''<job id>'') runs it again)'),
   ('X_JOB_TENANT_MISMATCH', 'JQ019',
    'act for one tenant: a job''s tenant is the one its input names (as_ an actor of that org), a bound session''s is its own, and a run_id must name a run of that tenant');
 

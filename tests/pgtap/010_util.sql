@@ -4,7 +4,7 @@ begin;
 select plan(36);
 
 -- jobs.version: the installed schema version is the newest revision's number
-select is(jobs.version(), 13, 'jobs.version() answers 13, the orphan sweep''s revision');
+select is(jobs.version(), 14, 'jobs.version() answers 14, the drain''s revision');
 
 -- jobs._now honours durajobs.now, and follows it when it changes mid-transaction
 set local durajobs.now = '2026-01-01 00:00:00+00';
@@ -120,7 +120,7 @@ select results_eq(
            ('X_JOB_NOT_CANCELLABLE', 'JQ013'), ('X_JOB_PAGE_INVALID', 'JQ014'),
            ('X_JOB_NOT_REMOVABLE', 'JQ015'), ('X_JOB_NOT_PROMOTABLE', 'JQ016'),
            ('X_JOB_TENANT_REQUIRED', 'JQ017'), ('X_PERMISSION_DENIED', 'JQ018'),
-           ('X_JOB_TENANT_MISMATCH', 'JQ019')$$,
+           ('X_JOB_TENANT_MISMATCH', 'JQ019'), ('X_JOB_NOT_DRAINABLE', 'JQ020')$$,
   'each X_* code maps to its documented sqlstate');
 select is_empty(
   $$select code from jobs.error_codes where btrim(fix) = ''$$,

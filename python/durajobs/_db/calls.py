@@ -343,6 +343,11 @@ def resume_queue(queue: str) -> Call[bool]:
     return _call("jobs.resume_queue", "", {"queue": queue}, _scalar, scalar=True)
 
 
+def drain(id: UUID) -> Call[bool]:
+    """`jobs.drain`: end a live job as done, counted nowhere (the work was done by hand)."""
+    return _call("jobs.drain", "", {"id": id}, _scalar, scalar=True)
+
+
 def cancel(id: UUID, *, reason: str | None = None) -> Call[bool]:
     return _call("jobs.cancel", "", {"id": id, "reason": reason}, _scalar, scalar=True)
 

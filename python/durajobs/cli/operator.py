@@ -10,6 +10,7 @@ URL and registry helpers.
     durajobs jobs requeue ID [--from-step NAME]
     durajobs jobs remove ID
     durajobs jobs promote ID
+    durajobs jobs drain ID
     durajobs jobs bulk requeue|remove|promote --state S [--queue Q] [--name N] [--tenant T]
                        [--until-done]
     durajobs jobs purge [--keep-done D] [--keep-ended D] [--keep-published D]
@@ -49,9 +50,9 @@ zone), intervals are seconds. The keys are stable:
                     "duration_ms", "output_bytes", "error"}, ...], "queue_paused": bool,
                     "retries_ahead": [{"after_attempt", "delay_seconds"}, ...] | null}
                    (JobDetail.as_json; retries_ahead is null without --app or a declaration)
-    jobs cancel|requeue|remove|promote
-                   {"id": ID, "action": "cancelled" | "requeued" | "removed" | "promoted",
-                    "ok": true}
+    jobs cancel|requeue|remove|promote|drain
+                   {"id": ID, "action": "cancelled" | "requeued" | "removed" | "promoted" |
+                    "drained", "ok": true}
     jobs bulk      {"action": "requeued" | "removed" | "promoted", "affected": rows moved in
                     all calls, "remaining": what a next call could still move, "calls": n}
     jobs purge     {"jobs", "steps", "outbox", "events": rows deleted in all calls,
@@ -120,6 +121,7 @@ from durajobs.errors import (
     ArgumentInvalid,
     DurajobsError,
     JobNotCancellable,
+    JobNotDrainable,
     JobNotPromotable,
     JobNotRemovable,
     JobNotRequeueable,
@@ -433,6 +435,12 @@ def _cmd_jobs_remove(args: argparse.Namespace) -> int:
     with _connect(args) as client:
         answered = client.run(calls.remove(args.id))
     return _acted(args, "removed", answered, JobNotRemovable)
+
+
+def _cmd_jobs_drain(args: argparse.Namespace) -> int:
+    with _connect(args) as client:
+        answered = client.run(calls.drain(args.id))
+    return _acted(args, "drained", answered, JobNotDrainable)
 
 
 def _cmd_jobs_promote(args: argparse.Namespace) -> int:
@@ -971,6 +979,10 @@ def _add_jobs_actions(actions: Subcommands, with_database: WithDatabase) -> None
 
     remove = _leaf(actions, "remove", "delete a job not running", _cmd_jobs_remove, with_database)
     remove.add_argument("id", type=_job_id, help="the job's id")
+
+    about_drain = "end a live job as done, counted nowhere (its work was done by hand)"
+    drain = _leaf(actions, "drain", about_drain, _cmd_jobs_drain, with_database)
+    drain.add_argument("id", type=_job_id, help="the job's id")
 
     about_promote = "make a delayed (or backing-off) job due now"
     promote = _leaf(actions, "promote", about_promote, _cmd_jobs_promote, with_database)

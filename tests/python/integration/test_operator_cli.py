@@ -430,6 +430,24 @@ def test_promote_makes_a_delayed_job_due_but_not_a_due_one(client, durajobs):
     _refused(durajobs("jobs", "promote", str(UUID(int=5)), "--json"), "X_JOB_NOT_FOUND")
 
 
+def test_drain_ends_a_live_job_as_done_counted_nowhere(client, durajobs):
+    job = client.enqueue("by-hand", {}, "settled-at-the-counter")
+    assert durajobs("jobs", "drain", str(job.id), "--json").json() == {
+        "id": str(job.id),
+        "action": "drained",
+        "ok": True,
+    }
+    assert client.connection.execute(
+        "select state, attempt from jobs.jobs where id = %s", [job.id]
+    ).fetchone() == ("done", 0)
+    assert client.counter_totals() == []
+
+    before = stored_row(client, job.id)
+    _refused(durajobs("jobs", "drain", str(job.id)), "X_JOB_NOT_DRAINABLE")
+    assert stored_row(client, job.id) == before
+    _refused(durajobs("jobs", "drain", str(UUID(int=6)), "--json"), "X_JOB_NOT_FOUND")
+
+
 # -- jobs bulk ------------------------------------------------------------------------------
 
 
