@@ -5,7 +5,7 @@
 -- or a finished job an unpublished outbox row names.
 begin;
 \ir fixtures/factory.sql
-select plan(86);
+select plan(87);
 
 -- local helpers (in jobs_test, so the rollback removes them) ----------------------------------
 
@@ -409,6 +409,16 @@ select is((jobs.purge(batch_size => 1)).steps, 0, 'a call past the last run swee
 select is((select steps_after from jobs.purge_cursor), null,
           'and the next starts again from the first run');
 select is((select count(*)::integer from jobs.steps), 1, 'only the standing run''s step is left');
+
+-- R92: by default a published outbox row goes before the job it made (7 days, then 14), so no
+-- outbox row outlives its job: a re-publish always meets the job and dedupes onto it
+select cmp_ok(
+  substring(pg_get_function_arguments('jobs.purge'::regproc)
+            from $r$published_after interval DEFAULT '([^']+)'$r$)::interval,
+  '<',
+  substring(pg_get_function_arguments('jobs.purge'::regproc)
+            from $r$done_after interval DEFAULT '([^']+)'$r$)::interval,
+  'R92: the default outbox window is shorter than the default done window');
 
 -- =============================================================================================
 -- the indexes the purge walks

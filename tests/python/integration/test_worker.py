@@ -1525,3 +1525,45 @@ def test_an_ack_lands_while_claims_and_step_writes_hold_every_pooled_connection(
 
     asyncio.run(scenario())
     assert landed["after"] < 2.0
+
+
+def test_five_wakes_during_a_pass_ask_for_one_more_pass(database_url):
+    """F63: wakes that arrive while a claim pass runs are not lost and not added up: after the
+    pass, the loop makes exactly one more, then waits."""
+    worker = Worker(
+        _registry(database_url),
+        database_url,
+        queues=["mine"],
+        listen=False,
+        poll_floor=timedelta(minutes=1),
+        idle_ceiling=timedelta(minutes=1),
+    )
+    real_run = worker.db.run
+    claims: list[int] = []
+    gate = asyncio.Event()
+
+    async def gated(call):
+        if call.function == "jobs.claim_v1":
+            claims.append(1)
+            if len(claims) == 2:
+                await gate.wait()  # the second pass holds here while the wakes arrive
+        return await real_run(call)
+
+    worker.db.run = gated  # type: ignore[method-assign]
+
+    async def scenario():
+        runner = asyncio.ensure_future(worker.run())
+        await eventually(lambda: len(claims) == 1, what="the first pass")
+        await asyncio.sleep(0.2)  # idle now, waiting a minute for its next poll
+        worker.kick()
+        await eventually(lambda: len(claims) == 2, what="the woken pass")
+        for _ in range(5):
+            worker.kick()
+        gate.set()
+        await asyncio.sleep(1.0)
+        passes = len(claims)
+        worker.stop()
+        await runner
+        return passes
+
+    assert asyncio.run(scenario()) == 3
