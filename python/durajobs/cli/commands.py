@@ -21,6 +21,7 @@ import psycopg
 from durajobs._db import calls
 from durajobs._db.install_script import install_script, shipped_install_script
 from durajobs._db.migrations import HEAD, migrate
+from durajobs._values.durations import parse_duration
 from durajobs._values.states import DeclareOutcome
 from durajobs.cli.support import (
     add_retention_options,
@@ -279,7 +280,10 @@ def _cmd_scheduler(args: argparse.Namespace) -> int:
 
     configure()
     scheduler = Scheduler(
-        load_registry(args.app), database_url(args.database_url), retention=retention_from(args)
+        load_registry(args.app),
+        database_url(args.database_url),
+        renew_every=parse_duration(args.renew_every, field="--renew-every"),
+        retention=retention_from(args),
     )
 
     async def run() -> None:
@@ -394,6 +398,12 @@ def _parser() -> argparse.ArgumentParser:
 
     scheduler_command = with_database(commands.add_parser("scheduler", help="run the scheduler"))
     scheduler_command.add_argument("--app", required=True, help="module:registry to schedule")
+    scheduler_command.add_argument(
+        "--renew-every",
+        default="10s",
+        help="how often the leader renews its lease, which lasts three times this: a dead "
+        "leader is replaced within it (10s)",
+    )
     add_retention_options(scheduler_command, sweeping=True)
     scheduler_command.set_defaults(run=_cmd_scheduler)
 
@@ -408,7 +418,11 @@ def _parser() -> argparse.ArgumentParser:
         help="how long a pass holds its rows: a killed relay's rows wait this long for another "
         f"relay ({RELAY_COMMAND_CLAIM_LEASE}; safe to keep short, a re-publish meets its job)",
     )
-    relay_command.add_argument("--interval", default="200ms", help="the pause between busy passes")
+    relay_command.add_argument(
+        "--interval",
+        default="200ms",
+        help="the pause after a pass that found less than a batch (a full pass goes straight on)",
+    )
     relay_command.add_argument(
         "--idle-ceiling", default="2s", help="the longest pause when there is nothing to publish"
     )
