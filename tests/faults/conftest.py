@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import psycopg
 import pytest
 from cluster import ThrowawayCluster
-from kit import EFFECTS_TABLE
+from kit import EFFECTS_TABLE, Process
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -58,6 +58,16 @@ def cluster() -> Iterator[ThrowawayCluster]:
         yield server
     finally:
         server.remove()
+
+
+@pytest.fixture(autouse=True)
+def no_process_left_behind() -> Iterator[None]:
+    yield
+    while Process.started:
+        process = Process.started.pop()
+        if process.popen.poll() is None:
+            process.popen.kill()
+            process.popen.wait(timeout=10)
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import psycopg
 
@@ -24,9 +24,15 @@ EFFECTS_TABLE = (
 
 
 class Process:
-    """A durajobs command in a child process; its output goes to a file a failure can show."""
+    """A durajobs command in a child process; its output goes to a file a failure can show.
+
+    Every one started is listed in `Process.started` until a test's teardown kills what is left
+    (conftest.py), so a failing test leaves no worker or relay running behind it."""
+
+    started: ClassVar[list[Process]] = []
 
     def __init__(self, arguments: Sequence[str], database_url: str, log: Path) -> None:
+        Process.started.append(self)
         self.log = log
         self._out = log.open("w")
         environment = {**os.environ, "DATABASE_URL": database_url, "PYTHONUNBUFFERED": "1"}

@@ -142,6 +142,14 @@ def test_sigterm_interrupts_the_run_uncounted_and_another_worker_finishes_it(
             timeout=30,
             what="the interrupted run to finish",
         )
+    except AssertionError as timed_out:
+        # what the second worker and the row said, for a failure seen once on a loaded CI box
+        row = _one(
+            database_url,
+            "select state, attempt, run_at, claimed_by, last_error from jobs.jobs where id = %s",
+            [job.id],
+        )
+        raise AssertionError(f"{timed_out}; row {row}; second worker:\n{_stop(second)}") from None
     finally:
         _stop(second)
     assert _effects(database_url, "first") == 1
