@@ -18,6 +18,7 @@ from durajobs._values.records import (
     CounterTotal,
     EnqueueResult,
     Fence,
+    HorizonHolder,
     JobSummary,
     JobType,
     LimitRow,
@@ -139,6 +140,10 @@ class Client:
 
     def queue_stats(self, queues: Sequence[str] | None = None) -> list[QueueStat]:
         return self.run(calls.queue_stats(queues))
+
+    def horizon(self) -> HorizonHolder | None:
+        """The oldest holder of the database's xmin horizon (docs/operations.md section 19)."""
+        return self.run(calls.horizon())
 
     def pause_queue(self, queue: str, *, paused_by: str | None = None) -> bool:
         return self.run(calls.pause_queue(queue, paused_by=paused_by))

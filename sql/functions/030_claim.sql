@@ -616,6 +616,17 @@ declare
   v_room integer;
   v_blank boolean;
   v_limited boolean;
+  v_setting text;
+  v_marks jsonb;
+  v_head text[];
+  v_starts_p integer[];
+  v_starts_r timestamptz[];
+  v_starts_i uuid[];
+  v_walked bigint;
+  v_ids uuid[];
+  v_taken_q text[];
+  v_taken_p integer[];
+  v_taken_r timestamptz[];
 begin
   -- the caller's kind, inline: a call of jobs._require costs a hot call more than the test
   if not (pg_has_role(coalesce(nullif(current_setting('role'), 'none'), session_user)::name,
@@ -776,19 +787,44 @@ begin
     return;
   end if;
 
+  -- where each queue's scan starts: at the head of jobs_claim_idx, or after this session's
+  -- standing mark while a held horizon leaves the head full of dead entries (031_claim_marks)
+  v_setting := current_setting('jobs.claim_marks', true);
+  if v_setting is null or v_setting = '' then
+    v_starts_p := array_fill(-2147483648, array[cardinality(v_queues)]);
+    v_starts_r := array_fill('-infinity'::timestamptz, array[cardinality(v_queues)]);
+    v_starts_i := array_fill('00000000-0000-0000-0000-000000000000'::uuid,
+                             array[cardinality(v_queues)]);
+    v_head := v_queues;
+  else
+    v_marks := v_setting::jsonb;
+    select m.priorities, m.run_ats, m.ids
+      into v_starts_p, v_starts_r, v_starts_i
+      from jobs._claim_marks_of(v_queues, v_marks, clock_timestamp()) m;
+    select coalesce(array_agg(q.queue), '{}')
+      into v_head
+      from unnest(v_queues, v_starts_p) as q(queue, start)
+     where q.start = -2147483648;
+  end if;
+  v_walked := pg_stat_get_xact_tuples_returned('jobs.jobs_claim_idx'::regclass);
+
   -- hand out waiting rows due now; skip locked: a second claimer must not wait for this one.
-  -- Each queue is read on its own, in jobs_claim_idx order, so the scan stops after the rows it
-  -- needs: `queue = any(...)` would read and sort every waiting row of every queue instead.
-  return query
-    with due as materialized (
-      select w.id
-        from unnest(v_queues) as q(queue)
+  -- Each queue is read on its own, in jobs_claim_idx order from its start, so the scan stops
+  -- after the rows it needs: `queue = any(...)` would read and sort every waiting row of every
+  -- queue instead.
+  -- the arrays keep the hand-out order the subquery sorted in (one sort, not four)
+  select array_agg(d.id), array_agg(d.queue), array_agg(d.priority), array_agg(d.run_at)
+    into v_ids, v_taken_q, v_taken_p, v_taken_r
+    from (
+      select w.id, q.queue, w.priority, w.run_at
+        from unnest(v_queues, v_starts_p, v_starts_r, v_starts_i) as q(queue, p, r, i)
         cross join lateral (
           select j.id, j.priority, j.run_at
             from jobs.jobs_live j
            where j.queue = q.queue
              and j.capped = false
              and j.state in ('ready', 'delayed', 'suspended')
+             and (j.priority, j.run_at, j.id) > (q.p, q.r, q.i)
              and j.run_at <= v_now
            order by j.priority, j.run_at, j.id
            limit v_room
@@ -796,9 +832,23 @@ begin
         ) w
        order by w.priority, w.run_at, w.id
        limit v_room
-    ),
-    claimed as (
-      -- by primary key: a join to `due` let the planner hash a scan of the whole table
+    ) d;
+
+  -- the entries the scans walked beyond the rows they took: dead ones a held horizon keeps
+  v_walked := pg_stat_get_xact_tuples_returned('jobs.jobs_claim_idx'::regclass) - v_walked
+              - coalesce(cardinality(v_ids), 0);
+  if v_marks is not null or v_walked > jobs._claim_walk_limit() then
+    perform jobs._claim_marks_keep(v_marks, v_head, v_walked > jobs._claim_walk_limit(),
+                                   clock_timestamp() + jobs._claim_rescan(),
+                                   v_taken_q, v_taken_p, v_taken_r, v_ids);
+  end if;
+  if v_ids is null then
+    return;
+  end if;
+
+  return query
+    with claimed as (
+      -- by primary key
       update jobs.jobs_live j
          set state = 'running',
              claimed_by = claim_v1.worker_id,
@@ -807,7 +857,7 @@ begin
              claims = j.claims + 1,
              attempt = j.attempt + 1,
              updated_at = v_now
-       where j.id = any(array(select due.id from due))
+       where j.id = any(v_ids)
       returning j.id, j.run_id, j.name, j.queue, j.input, j.tenant_id, j.state, j.attempt,
                 j.max_attempts, j.claims, j.priority, j.run_at, j.created_at, j.lease_expires_at,
                 j.last_error, j.traceparent, j.enqueued_by

@@ -175,7 +175,7 @@ select types_are('jobs', array['enqueue_result', '_enqueue_request', 'claimed_jo
                                'step_record', 'queue_stat', 'outbox_record', 'event_lookup',
                                'task_state', 'job_summary', 'bulk_result', 'counter_row',
                                'queue_depth_row', 'purge_result', 'job_type', 'declare_result',
-                               'limit_row', 'limit_rule', 'heartbeat_answer'],
+                               'limit_row', 'limit_rule', 'heartbeat_answer', 'horizon_holder'],
                  'schema jobs declares the answer types');
 select has_composite('jobs', 'enqueue_result', 'jobs.enqueue_result exists');
 

@@ -4,7 +4,7 @@ begin;
 select plan(36);
 
 -- jobs.version: the installed schema version is the newest revision's number
-select is(jobs.version(), 14, 'jobs.version() answers 14, the drain''s revision');
+select is(jobs.version(), 15, 'jobs.version() answers 15, the claim marks'' revision');
 
 -- jobs._now honours durajobs.now, and follows it when it changes mid-transaction
 set local durajobs.now = '2026-01-01 00:00:00+00';

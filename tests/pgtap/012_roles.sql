@@ -5,7 +5,7 @@
 -- ran with the caller's table privileges.
 begin;
 \ir fixtures/factory.sql
-select plan(103);
+select plan(105);
 set local durajobs.now = '2026-03-01 00:00:00+00';
 
 -- ---------------------------------------------------------------------------------------------
@@ -96,6 +96,7 @@ select throws_ok(format($$ select jobs.%s $$, f.call), 'JQ018', null, 'enqueuer:
     ('pause_queue(''rq'')'),
     ('set_limit(queue => ''rq'', concurrency => 1)'),
     ('queue_stats()'),
+    ('horizon()'),
     ('counters()'),
     ('workers_live()'),
     ('purge()'),
@@ -149,6 +150,7 @@ select lives_ok($$ select jobs.scheduler_lead('node-1') $$, 'worker: scheduler_l
 select lives_ok($$ select jobs.rollup_counters() $$, 'worker: rollup_counters');
 select lives_ok($$ select jobs.purge() $$, 'worker: purge, which makes day partitions as the owner');
 select lives_ok($$ select jobs.queue_stats() $$, 'worker: queue_stats');
+select lives_ok($$ select * from jobs.horizon() $$, 'worker: horizon');
 select lives_ok($$ select jobs.worker_forget('w-r') $$, 'worker: worker_forget');
 select throws_ok(format($$ select jobs.%s $$, f.call), 'JQ018', null, 'worker: refused ' || f.call)
   from (values

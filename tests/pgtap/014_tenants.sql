@@ -6,7 +6,7 @@
 -- the operator functions took no tenant.
 begin;
 \ir fixtures/factory.sql
-select plan(67);
+select plan(68);
 set local durajobs.now = '2026-03-01 00:00:00+00';
 
 select jobs.grant_roles('x_enq', 'x_wrk', 'x_opr') \g /dev/null
@@ -160,7 +160,7 @@ select is((select count(*)::integer from jobs.outbox), 1, 'jobs.outbox: A''s row
 select throws_ok(format($$ select jobs.%s $$, f.call), 'JQ018', null, 'bound: refused ' || f.call)
   from (values ('queue_stats()'), ('queue_depth()'), ('pause_queue(''default'')'),
                ('purge()'), ('workers_live()'), ('set_limit(queue => ''q'', concurrency => 1)'),
-               ('counters()')) as f(call);
+               ('counters()'), ('horizon()')) as f(call);
 reset role;
 select is((jobs_test.job(:'b_job2')).state, 'ready', 'B''s job is untouched');
 select is((select count(*)::integer from jobs.steps where name = 'secret-step'), 1,

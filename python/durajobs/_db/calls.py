@@ -25,6 +25,7 @@ from durajobs._values.records import (
     EnqueueResult,
     EventLookup,
     Fence,
+    HorizonHolder,
     JobSummary,
     JobType,
     LimitRow,
@@ -332,6 +333,18 @@ def steps(run_id: UUID) -> Call[list[StepRecord]]:
 def queue_stats(queues: Sequence[str] | None = None) -> Call[list[QueueStat]]:
     arguments = {"queues": None if queues is None else list(queues)}
     return _call("jobs.queue_stats", QueueStat.COLUMNS, arguments, _all(QueueStat.from_row))
+
+
+def _first_or_none(from_row: Callable[[Row], T]) -> Callable[[Sequence[Row]], T | None]:
+    def decode(rows: Sequence[Row]) -> T | None:
+        return from_row(rows[0]) if rows else None
+
+    return decode
+
+
+def horizon() -> Call[HorizonHolder | None]:
+    """`jobs.horizon`: the oldest holder of the database's xmin horizon, or None."""
+    return _call("jobs.horizon", HorizonHolder.COLUMNS, {}, _first_or_none(HorizonHolder.from_row))
 
 
 def pause_queue(queue: str, *, paused_by: str | None = None) -> Call[bool]:

@@ -195,6 +195,21 @@ class QueueStat(Answer):
 
 
 @dataclass(frozen=True, slots=True)
+class HorizonHolder(Answer):
+    """The oldest holder of the database's xmin horizon (jobs.horizon): a `session`, a
+    `prepared` transaction or a replication `slot`; `age_seconds` is None for a slot."""
+
+    holder: str
+    pid: int | None
+    user_name: str | None
+    name: str | None
+    state: str | None
+    since: datetime | None
+    age_seconds: float | None
+    xid_age: int
+
+
+@dataclass(frozen=True, slots=True)
 class OutboxRecord(Answer):
     """A staged enqueue, as a relay claimed it."""
 

@@ -58,7 +58,9 @@ zone), intervals are seconds. The keys are stable:
     jobs purge     {"jobs", "steps", "outbox", "events": rows deleted in all calls,
                     "calls": n, "more": bool (the last call filled a batch: call again)}
     queues         {"queues": [{"queue", "ready", "delayed", "running", "suspended", "dead",
-                    "oldest_ready_age_seconds", "paused", "depth"}, ...]}
+                    "oldest_ready_age_seconds", "paused", "depth"}, ...],
+                    "horizon": {"holder", "pid", "user", "name", "state", "since",
+                    "age_seconds", "xid_age"} | null (the oldest holder of the xmin horizon)}
     queues pause|resume
                    {"queue": Q, "action": "paused" | "resumed", "changed": bool}
     queues depth   [{"queue", "running", "due", "draining_held", "depth"}, ...]
@@ -99,6 +101,7 @@ from durajobs._values.records import (
     BulkResult,
     CounterRow,
     CounterTotal,
+    HorizonHolder,
     JobSummary,
     JobType,
     LimitRow,
@@ -548,13 +551,50 @@ def _queues_text(queues: Sequence[dict[str, Any]]) -> str:
     return render.table(headers, rows)
 
 
+def _horizon_document(holder: HorizonHolder | None) -> dict[str, Any] | None:
+    if holder is None:
+        return None
+    return {
+        "holder": holder.holder,
+        "pid": holder.pid,
+        "user": holder.user_name,
+        "name": holder.name,
+        "state": holder.state,
+        "since": None if holder.since is None else holder.since.isoformat(),
+        "age_seconds": holder.age_seconds,
+        "xid_age": holder.xid_age,
+    }
+
+
+def _horizon_text(horizon: dict[str, Any] | None) -> str:
+    """One line under the queues: who holds the xmin horizon (docs/operations.md section 19)."""
+    if horizon is None:
+        return "xmin horizon: nothing holds it"
+    who = {"session": f"session {horizon['pid']}", "prepared": "prepared transaction"}.get(
+        horizon["holder"], f"replication slot {horizon['name']}"
+    )
+    details = ", ".join(
+        str(part)
+        for part in (
+            horizon["user"],
+            horizon["name"] if horizon["holder"] != "slot" else None,
+            horizon["state"],
+        )
+        if part
+    )
+    held = f" for {render.span(horizon['age_seconds'])}" if horizon["age_seconds"] else ""
+    return f"xmin horizon: held{held} by {who} ({details}), {horizon['xid_age']:,} transactions old"
+
+
 def _cmd_queues_list(args: argparse.Namespace) -> int:
     with _connect(args) as client:
         stats = client.queue_stats()
         depths = {row.queue: row.depth for row in client.queue_depth()}
+        horizon = _horizon_document(client.horizon())
     # a paused queue has no depth row: more workers would not drain it
     queues = [_queue_document(stat, depths.get(stat.queue, 0)) for stat in stats]
-    return _answer(args, {"queues": queues}, _queues_text(queues))
+    text = _queues_text(queues) + "\n" + _horizon_text(horizon)
+    return _answer(args, {"queues": queues, "horizon": horizon}, text)
 
 
 _UNCHANGED = {"paused": "was already paused", "resumed": "was not paused"}

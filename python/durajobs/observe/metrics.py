@@ -75,8 +75,18 @@ class QueueCollector(Collector):
         limit_running = GaugeMetricFamily(
             "limit_running_jobs", "Attempts running under a limit", labels=limit_labels
         )
+        horizon_age = GaugeMetricFamily(
+            "database_xmin_horizon_age_seconds",
+            "How long the oldest open transaction or snapshot of the database has held its xmin"
+            " horizon (0: nothing holds it); dead rows behind it cannot be vacuumed",
+        )
+        horizon_xids = GaugeMetricFamily(
+            "database_xmin_horizon_xid_age",
+            "How many transactions old the database's xmin horizon is",
+        )
         try:
             with psycopg.connect(self._database_url, autocommit=True, connect_timeout=5) as db:
+                holder = execute(db, calls.horizon())
                 stats = execute(db, calls.queue_stats(self._queues))
                 depths = {
                     row.queue: row.depth for row in execute(db, calls.queue_depth(self._queues))
@@ -100,11 +110,15 @@ class QueueCollector(Collector):
             ]
             held_back.add_metric(labels, float(limit.held_back))
             limit_running.add_metric(labels, float(limit.running))
+        horizon_age.add_metric([], (holder.age_seconds or 0.0) if holder else 0.0)
+        horizon_xids.add_metric([], float(holder.xid_age) if holder else 0.0)
         yield depth
         yield oldest
         yield dead
         yield held_back
         yield limit_running
+        yield horizon_age
+        yield horizon_xids
 
 
 class _QuietHandler(WSGIRequestHandler):

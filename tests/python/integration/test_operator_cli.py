@@ -526,7 +526,8 @@ def test_queues_list_joins_the_stats_with_the_depth(client, durajobs):
     client.pause_queue("paused")
 
     answer = durajobs("queues", "--json").json()
-    assert list(answer) == ["queues"]
+    assert list(answer) == ["queues", "horizon"]
+    assert answer["horizon"] is None, "nothing holds this database's horizon"
     assert [set(queue) for queue in answer["queues"]] == [QUEUE_KEYS] * 3
     by_queue = {queue.pop("queue"): queue for queue in answer["queues"]}
     ages = {name: queue.pop("oldest_ready_age_seconds") for name, queue in by_queue.items()}
@@ -567,7 +568,9 @@ def test_queues_list_joins_the_stats_with_the_depth(client, durajobs):
     bare = durajobs("queues")
     without_age = [line.split()[:6] + line.split()[7:] for line in bare.out.splitlines()]
     assert [line.split()[:6] + line.split()[7:] for line in ran.out.splitlines()] == without_age
-    header, *rows = ran.out.splitlines()
+    *table, horizon = ran.out.splitlines()
+    assert horizon == "xmin horizon: nothing holds it"
+    header, *rows = table
     assert header.split() == [
         "QUEUE",
         "READY",
