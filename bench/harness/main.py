@@ -36,6 +36,9 @@ class Plan:
     health_jobs: int = 1_000_000
     health_chunk: int = 100_000
     health_samples: int = 50
+    horizon_jobs: int = 100_000
+    horizon_chunk: int = 20_000
+    horizon_samples: int = 50
     skip: set[str] = field(default_factory=set)
 
 
@@ -50,6 +53,9 @@ QUICK = Plan(
     health_jobs=50_000,
     health_chunk=25_000,
     health_samples=20,
+    horizon_jobs=20_000,
+    horizon_chunk=10_000,
+    horizon_samples=20,
 )
 
 
@@ -136,6 +142,18 @@ def measure_system(system: System, plan: Plan) -> dict[str, Any]:
             _log(f"{name} health: {health}")
         except (measures.SystemFailed, OSError, TimeoutError, psycopg.Error) as failure:
             results["health"] = f"failed: {str(failure).splitlines()[0][:120]}"
+    if wanted("horizon"):
+        try:
+            horizons = [
+                measures.held_horizon(
+                    system, plan.horizon_jobs, plan.horizon_chunk, plan.horizon_samples, held=held
+                )
+                for held in (False, True)
+            ]
+            results["horizon"] = horizons
+            _log(f"{name} horizon: {horizons}")
+        except (measures.SystemFailed, OSError, TimeoutError, psycopg.Error) as failure:
+            results["horizon"] = f"failed: {str(failure).splitlines()[0][:120]}"
     return results
 
 
@@ -156,9 +174,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reps", type=int)
     parser.add_argument("--quick", action="store_true", help="small sizes, one repetition")
     parser.add_argument(
-        "--skip", default="", help="comma list of: enqueue,burn,steady,latency,idle,health,ceiling"
+        "--skip",
+        default="",
+        help="comma list of: enqueue,burn,steady,latency,idle,health,horizon,ceiling",
     )
     parser.add_argument("--health-jobs", type=int)
+    parser.add_argument(
+        "--soak",
+        action="store_true",
+        help="only the soak: --soak-jobs offered to one durajobs worker at --soak-rate a second,"
+        " sampled every 10 s (writes results/soak.md unless --out says otherwise)",
+    )
+    parser.add_argument("--soak-jobs", type=int, default=1_000_000)
+    parser.add_argument("--soak-rate", type=float, default=4_000.0)
     parser.add_argument("--out", default=str(BENCH / "results" / "latest.md"))
     args = parser.parse_args(argv)
     plan = QUICK if args.quick else Plan()
@@ -168,6 +196,8 @@ def main(argv: list[str] | None = None) -> int:
         plan.health_jobs = args.health_jobs
         plan.health_chunk = min(plan.health_chunk, args.health_jobs)
     plan.skip = {s for s in args.skip.split(",") if s}
+    if args.soak:
+        return _soak(args)
 
     started = time.time()
     by_system: dict[str, dict[str, Any]] = {}
@@ -183,6 +213,26 @@ def main(argv: list[str] | None = None) -> int:
     }
     text = render(by_system, limit, machine, dict(plan.__dict__))
     out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(text)
+    print(text)
+    return 0
+
+
+def _soak(args: argparse.Namespace) -> int:
+    from harness.report import render_soak
+
+    _log(f"soak: {args.soak_jobs:,} jobs at {args.soak_rate:,.0f}/s")
+    result = measures.soak(SYSTEMS["durajobs"], args.soak_jobs, args.soak_rate)
+    machine = {
+        "python": platform.python_version(),
+        "machine": f"{platform.system()} {platform.machine()}, {_cpus()} CPUs",
+        "postgres": pg.settings(),
+    }
+    text = render_soak(result, machine)
+    out = Path(args.out)
+    if out.name == "latest.md":
+        out = out.with_name("soak.md")
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(text)
     print(text)

@@ -14,6 +14,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import IO, Any
 
+import psycopg
+
 from harness import pg
 from harness.systems import System
 
@@ -254,3 +256,131 @@ def _latency_after(system: System, url: str, samples: int) -> list[float]:
     # the producer numbers from 0 again: a system that keys on i must not see a live duplicate,
     # and the start-of-run samples have all finished
     return pickup_latency(system, samples, url=url)
+
+
+# -- 8. a held xmin horizon ---------------------------------------------------------------------
+
+
+@dataclass
+class Horizon:
+    held: bool
+    chunk_rates: list[float]
+    latency_p50_after_ms: float
+
+
+def held_horizon(system: System, total: int, chunk: int, samples: int, *, held: bool) -> Horizon:
+    """Chunks of jobs enqueued and burned down one after another, then pickup latency; with
+    `held`, another session keeps one repeatable-read snapshot open from the first chunk to the
+    last (a long report, or a session idle in transaction), so no vacuum may remove what the
+    finished jobs leave behind and every claim may have to walk it."""
+    _database, url = _fresh(system)
+    holder = psycopg.connect(url)
+    try:
+        if held:
+            holder.execute("set transaction isolation level repeatable read")
+            holder.execute("select count(*) from pg_class")  # the snapshot is taken here
+        rates: list[float] = []
+        start = 10_000_000  # clear of the latency samples' numbers
+        for first in range(start, start + total, chunk):
+            size = min(chunk, start + total - first)
+            enqueue = ("enqueue", "--count", str(size), "--mode", "bulk", "--start", str(first))
+            run_action(system, url, *enqueue)
+            answer = run_action(system, url, "work", "--count", str(size))
+            rates.append(size / (float(answer["last_end"]) - float(answer["first_start"])))
+        after = statistics.median(_latency_after(system, url, samples))
+    finally:
+        holder.close()
+    return Horizon(held, rates, after)
+
+
+# -- 9. the soak: a million jobs through one worker, sampled every 10 s --------------------------
+
+
+@dataclass
+class SoakSample:
+    seconds: float
+    done: int
+    jobs_per_second: float
+    wait_p50_ms: float | None
+    wait_p99_ms: float | None
+    depth: int
+    table_bytes: int
+    index_bytes: int
+    dead_tuples: int
+
+
+@dataclass
+class Soak:
+    total: int
+    rate: float
+    samples: list[SoakSample]
+    enqueued: int
+
+
+# durajobs' own tables (the soak is durajobs'): the jobs done so far, and the wait from enqueue
+# (or run_at) to claim of the jobs enqueued in the last window, finished or running
+_SOAK_DONE = "select count(*) from jobs.jobs_history where state = 'done'"
+_SOAK_WAIT = (
+    "select percentile_cont(array[0.5, 0.99]) within group (order by"
+    "       extract(epoch from claimed_at - greatest(run_at, created_at)) * 1000)"
+    "  from jobs.jobs where queue = 'bench' and created_at > now() - %s * interval '1 second'"
+    "   and claimed_at is not null"
+)
+
+
+def soak(system: System, total: int, rate: float, every: float = 10.0) -> Soak:
+    """`total` jobs offered at `rate` a second while one worker drains them: throughput, the
+    wait to be claimed, the backlog, table and index sizes and dead tuples every `every` s."""
+    _database, url = _fresh(system)
+    samples: list[SoakSample] = []
+    stop_sampling = threading.Event()
+    began = time.monotonic()
+
+    def sample() -> None:
+        last_done, last_at = 0, began
+        while not stop_sampling.wait(every):
+            with psycopg.connect(url, autocommit=True) as connection:
+                done = int(connection.execute(_SOAK_DONE).fetchone()[0])
+                waits = connection.execute(_SOAK_WAIT, [every]).fetchone()[0]
+                depth = int(connection.execute(system.depth_sql).fetchone()[0])
+            health = pg.table_health(url, system.schema, system.table_like)
+            now = time.monotonic()
+            samples.append(
+                SoakSample(
+                    now - began,
+                    done,
+                    (done - last_done) / (now - last_at),
+                    None if not waits else waits[0],
+                    None if not waits else waits[1],
+                    depth,
+                    health["table_bytes"],
+                    health["index_bytes"],
+                    health["dead_tuples"],
+                )
+            )
+            last_done, last_at = done, now
+
+    seconds = total / rate
+    with started(system, url, "work", "--count", str(total)) as worker:
+        time.sleep(2.0)  # the worker starts before the producer does
+        sampler = threading.Thread(target=sample, daemon=True)
+        sampler.start()
+        with started(system, url, "produce", "--start", "0") as producer:
+            assert producer.stdin is not None
+            assert producer.stdout is not None
+            producer.stdin.write(f"rate {rate} {seconds}\n")
+            producer.stdin.flush()
+            produced = _read_json_line(producer.stdout, f"{system.name} produce")
+            producer.stdin.close()
+        enqueued = int(produced["enqueued"])
+        try:
+            if enqueued == total:
+                worker.communicate(timeout=seconds + 600)
+            else:  # the producer fell behind: the worker would wait for jobs never sent
+                deadline = time.monotonic() + 600
+                while int(pg.scalar(url, system.depth_sql)) and time.monotonic() < deadline:
+                    time.sleep(1.0)
+        finally:
+            stop_sampling.set()
+            sampler.join()
+    return Soak(total, rate, samples, enqueued)

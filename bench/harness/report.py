@@ -6,7 +6,7 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
-from harness.measures import Health
+from harness.measures import Health, Horizon, Soak
 
 # (result key, label, unit, higher is better)
 ROWS: list[tuple[str, str, str, bool]] = [
@@ -91,6 +91,30 @@ def render(
             )
         elif health is not None:
             parts.append(f"| {name} | {health} |  |  |  |  |  |  |")
+    parts += ["", "## A held xmin horizon", ""]
+    parts.append(
+        "Chunks of jobs burned down one after another, with nothing holding the horizon (free)"
+        " and with one repeatable-read snapshot open throughout (held); the last chunk runs"
+        " behind every job before it."
+    )
+    parts.append("")
+    parts.append(
+        "| system | jobs | last chunk free jobs/s | held | held / free"
+        " | pickup p50 after, free ms | held ms |"
+    )
+    parts.append("|---|---|---|---|---|---|---|")
+    for name in names:
+        horizon = by_system[name].get("horizon")
+        if isinstance(horizon, list) and all(isinstance(h, Horizon) for h in horizon):
+            free, held = horizon
+            jobs = sum(1 for _ in free.chunk_rates) * plan.get("horizon_chunk", 0)
+            parts.append(
+                f"| {name} | {jobs:,} | {free.chunk_rates[-1]:,.0f} | {held.chunk_rates[-1]:,.0f}"
+                f" | {held.chunk_rates[-1] / free.chunk_rates[-1]:.2f}x"
+                f" | {free.latency_p50_after_ms:.2f} | {held.latency_p50_after_ms:.2f} |"
+            )
+        elif horizon is not None:
+            parts.append(f"| {name} | {horizon} |  |  |  |  |  |")
     parts += ["", "## Steady state: queue depth, sampled each second", ""]
     for name in names:
         depth = by_system[name].get("steady_depth")
@@ -104,4 +128,59 @@ def render(
     for key, value in machine.items():
         parts.append(f"- {key}: {value}")
     parts.append(f"- plan: {plan}")
+    return "\n".join(parts) + "\n"
+
+
+def _drift(first: list[float], last: list[float]) -> str:
+    if not first or not last or statistics.mean(first) == 0:
+        return "-"
+    return f"{statistics.mean(last) / statistics.mean(first):.2f}x"
+
+
+def render_soak(soak: Soak, machine: dict[str, Any]) -> str:
+    """The soak's samples, and how the last quarter compares with the first."""
+    parts = [
+        "# Soak",
+        "",
+        f"{soak.total:,} jobs offered to one durajobs worker at {soak.rate:,.0f} a second"
+        f" (enqueued: {soak.enqueued:,}), while it drained them; sampled every 10 s.",
+        "",
+        "| s | done | jobs/s | wait p50 ms | wait p99 ms | backlog | table MB | index MB"
+        " | dead tuples |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for x in soak.samples:
+        p50 = "-" if x.wait_p50_ms is None else f"{x.wait_p50_ms:.1f}"
+        p99 = "-" if x.wait_p99_ms is None else f"{x.wait_p99_ms:.1f}"
+        parts.append(
+            f"| {x.seconds:.0f} | {x.done:,} | {x.jobs_per_second:,.0f} | {p50} | {p99}"
+            f" | {x.depth:,} | {x.table_bytes / 2**20:.1f} | {x.index_bytes / 2**20:.1f}"
+            f" | {x.dead_tuples:,} |"
+        )
+    # the steady part: the samples while jobs were still offered, past the first
+    offered = [x for x in soak.samples if x.seconds <= soak.total / soak.rate][1:]
+    quarter = max(1, len(offered) // 4)
+    first, last = offered[:quarter], offered[-quarter:]
+
+    def values(rows: list[Any], key: str) -> list[float]:
+        return [float(getattr(r, key)) for r in rows if getattr(r, key) is not None]
+
+    parts += ["", "## Last quarter against the first (while jobs were offered)", ""]
+    parts.append("| measure | first quarter | last quarter | last / first |")
+    parts.append("|---|---|---|---|")
+    for key, label in (
+        ("jobs_per_second", "throughput, jobs/s"),
+        ("wait_p50_ms", "wait p50, ms"),
+        ("wait_p99_ms", "wait p99, ms"),
+        ("depth", "backlog, jobs"),
+        ("index_bytes", "index bytes"),
+        ("dead_tuples", "dead tuples"),
+    ):
+        a, b = values(first, key), values(last, key)
+        mean_a = f"{statistics.mean(a):,.1f}" if a else "-"
+        mean_b = f"{statistics.mean(b):,.1f}" if b else "-"
+        parts.append(f"| {label} | {mean_a} | {mean_b} | {_drift(a, b)} |")
+    parts += ["", "## Machine and server", ""]
+    for key, value in machine.items():
+        parts.append(f"- {key}: {value}")
     return "\n".join(parts) + "\n"
