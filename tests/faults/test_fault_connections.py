@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import datetime as dt
 import time
+from pathlib import Path
 
 from kit import (
+    Process,
     duplicates_after,
     enqueue,
     now,
@@ -63,20 +65,25 @@ def _drain_and_check(url: str, jobs: int, fault_end: dt.datetime, workers) -> No
     assert late == [], f"jobs ran again after the fault window: {late[:5]}"
 
 
-def test_bursts_of_terminated_backends(db, strength, tmp_path):
-    jobs = strength.pick(4_000, 12_000)
-    bursts_for = strength.pick(3, 10)  # seconds of terminations, one round each half second
-    enqueue(db.url, "tick", [f"t{n}" for n in range(jobs)], ms=20)
+def _two_workers_running(url: str, logs: Path) -> list[Process]:
+    """Two worker processes on `url`, once each has run a job."""
     workers = [
-        worker(db.url, tmp_path / f"worker-{n}.log", visibility=VISIBILITY, in_flight=8)
-        for n in range(2)
+        worker(url, logs / f"worker-{n}.log", visibility=VISIBILITY, in_flight=8) for n in range(2)
     ]
     wait_for(
-        lambda: value(db.url, "select count(distinct pid) from effects") == 2,
+        lambda: value(url, "select count(distinct pid) from effects") == 2,
         timeout=60,
         what="both workers running jobs",
         show=workers,
     )
+    return workers
+
+
+def test_bursts_of_terminated_backends(db, strength, tmp_path):
+    jobs = strength.pick(4_000, 12_000)
+    bursts_for = strength.pick(3, 10)  # seconds of terminations, one round each half second
+    enqueue(db.url, "tick", [f"t{n}" for n in range(jobs)], ms=20)
+    workers = _two_workers_running(db.url, tmp_path)
     terminated = 0
     deadline = time.monotonic() + bursts_for
     while time.monotonic() < deadline:
@@ -93,16 +100,7 @@ def test_bursts_of_terminated_backends(db, strength, tmp_path):
 def test_a_postgres_restart_under_load(db, strength, tmp_path):
     jobs, restarts = strength.pick(3_000, 9_000), strength.pick(1, 3)
     enqueue(db.url, "tick", [f"r{n}" for n in range(jobs)], ms=20)
-    workers = [
-        worker(db.url, tmp_path / f"worker-{n}.log", visibility=VISIBILITY, in_flight=8)
-        for n in range(2)
-    ]
-    wait_for(
-        lambda: value(db.url, "select count(distinct pid) from effects") == 2,
-        timeout=60,
-        what="both workers running jobs",
-        show=workers,
-    )
+    workers = _two_workers_running(db.url, tmp_path)
     fault_end = now(db.url)
     for _ in range(restarts):
         time.sleep(1)

@@ -186,8 +186,9 @@ select is((select array_agg(o order by o)
              from pg_class c, unnest(c.reloptions) o where c.oid = 'jobs.jobs_live'::regclass),
           array['autovacuum_analyze_scale_factor=0', 'autovacuum_analyze_threshold=2000',
                 'autovacuum_vacuum_cost_delay=0', 'autovacuum_vacuum_insert_scale_factor=0.02',
-                'autovacuum_vacuum_scale_factor=0.02', 'autovacuum_vacuum_threshold=1000'],
-          'jobs.jobs_live carries its autovacuum settings');
+                'autovacuum_vacuum_scale_factor=0.02', 'autovacuum_vacuum_threshold=1000',
+                'vacuum_truncate=false'],
+          'jobs.jobs_live carries its autovacuum settings, and is never truncated by a vacuum');
 select is((select array_agg(o order by o)
              from pg_class c, unnest(c.reloptions) o where c.oid = 'jobs.steps'::regclass),
           array['autovacuum_analyze_scale_factor=0', 'autovacuum_analyze_threshold=2000'],

@@ -17,8 +17,10 @@ select is(
   pg_temp.options('jobs.jobs_live'),
   array['autovacuum_analyze_scale_factor=0', 'autovacuum_analyze_threshold=2000',
         'autovacuum_vacuum_cost_delay=0', 'autovacuum_vacuum_insert_scale_factor=0.02',
-        'autovacuum_vacuum_scale_factor=0.02', 'autovacuum_vacuum_threshold=1000'],
-  'jobs.jobs_live is vacuumed early, without cost delays, and analyzed every 2,000 changes');
+        'autovacuum_vacuum_scale_factor=0.02', 'autovacuum_vacuum_threshold=1000',
+        'vacuum_truncate=false'],
+  'jobs.jobs_live is vacuumed early, without cost delays and never truncated, and analyzed '
+  'every 2,000 changes');
 select is(
   pg_temp.options('jobs.steps'),
   array['autovacuum_analyze_scale_factor=0', 'autovacuum_analyze_threshold=2000'],

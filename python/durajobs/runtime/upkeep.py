@@ -100,7 +100,8 @@ class HotTableUpkeep:
                 if locked is None or not locked[0]:
                     return  # another worker vacuums now
                 connection.add_notice_handler(on_notice)
-                await connection.execute("vacuum (skip_locked) jobs.jobs_live")
+                # never truncate: its ACCESS EXCLUSIVE lock would stop every claim and ack
+                await connection.execute("vacuum (skip_locked, truncate false) jobs.jobs_live")
         except asyncio.CancelledError:
             raise
         except Exception as failure:
