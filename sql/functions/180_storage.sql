@@ -15,10 +15,8 @@
 -- into and dropped by the day: the defaults suit it.
 -- A vacuum never truncates jobs.jobs_live (vacuum_truncate off): giving the empty pages at its
 -- end back takes an ACCESS EXCLUSIVE lock, and on a table that claims, acks and enqueues write
--- every millisecond that vacuum retries the lock again and again (each try stops every writer
--- for up to 20 ms). A soak of 4,000 jobs a second collapsed to 100-800 jobs a second for tens
--- of seconds while an autovacuum sat in its truncation; the pages it would free are reused by
--- the next jobs anyway.
+-- every millisecond the vacuum takes and drops it again and again, each time stopping every
+-- writer for up to 20 ms. The pages it would free are reused by the next jobs anyway.
 
 alter table jobs.jobs_live set (
   autovacuum_vacuum_threshold = 1000,
