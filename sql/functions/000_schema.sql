@@ -53,11 +53,12 @@ create table jobs.jobs_live (
   constraint jobs_live_state_check check (state in ('ready', 'delayed', 'running', 'suspended'))
 );
 
--- the dedupe namespace: name, tenant (NULL is its own namespace) and key, over live rows only,
--- so a finished job never blocks the same work tomorrow
+-- the dedupe namespace: name, tenant (NULL is its own namespace) and key, over live rows only
+-- (the only rows of this table), so a finished job never blocks the same work tomorrow. Not
+-- partial: a predicate of the live states would let any statement that names a state read the
+-- index whole, which is what the planner does when the statistics call the table empty
 create unique index jobs_name_tenant_idempotency_live_idx
-  on jobs.jobs_live (name, (coalesce(tenant_id, '')), idempotency_key)
-  where state in ('ready', 'delayed', 'running', 'suspended');
+  on jobs.jobs_live (name, (coalesce(tenant_id, '')), idempotency_key);
 
 -- the claim reads only waiting rows, in hand-out order; finished rows are not in this index.
 -- capped second: the rows of capped jobs are read apart, so a backlog of them held back by a
@@ -71,14 +72,22 @@ create index jobs_capped_running_idx
   on jobs.jobs_live (name, concurrency_key)
   where state = 'running' and capped;
 
--- lapsed leases: a dead worker's rows are found without scanning the waiting ones
+-- lapsed leases: a dead worker's rows are found without scanning the waiting ones. Every
+-- running row has a lease; the second test keeps the index from a statement that finds a
+-- running row by id (a heartbeat, an ack): as jobs_queue_created_idx below, only a statement
+-- that names the lease reads it
 create index jobs_lease_idx
   on jobs.jobs_live (lease_expires_at)
-  where state = 'running';
+  where state = 'running' and lease_expires_at is not null;
 
--- the enqueue wake throttle looks for a row announced in the same slot; listings by queue
+-- the enqueue wake throttle looks for a row announced in the same slot; listings by queue.
+-- Partial on a test every row passes (queue is NOT NULL) so that only a statement naming a queue
+-- can read it: when the statistics say the table is empty (an analyze saw it drained, then a
+-- backlog came) the planner prices any index read whole at a page, and a lookup by id read
+-- every entry through the third column instead of the primary key (tests/pgtap/032)
 create index jobs_queue_created_idx
-  on jobs.jobs_live (queue, created_at, id);
+  on jobs.jobs_live (queue, created_at, id)
+  where queue is not null;
 
 -- the finished jobs (done, failed, dead, cancelled). Done rows, nearly all of them, are kept by the day they finished, so retention
 -- drops a day's partition instead of deleting its rows one by one; the day partitions are made

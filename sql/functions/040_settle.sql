@@ -8,6 +8,10 @@
 -- claim token. 'running' lets a cancel stick (the cancelled body's ack matches nothing); the
 -- token stops a body whose lease lapsed from settling the attempt that replaced it, even one
 -- claimed again by the same worker id. A miss answers false; it never raises.
+-- Plans: each public function here finds its rows by primary key whatever the statistics say.
+-- Sequential scans are off for them: a plan kept from a moment the table was a page or two reads
+-- all of it on every call once a backlog fills it (until an analyze), and with them off a
+-- statement that must read a small table whole costs past the JIT threshold, so JIT is off too.
 
 create type jobs.settle_result as (
   id uuid,
@@ -45,6 +49,8 @@ language plpgsql
 security definer
 volatile
 set search_path = pg_catalog, pg_temp
+set enable_seqscan = off
+set jit = off
 as $$
 declare
   v_now timestamptz := jobs._now();
@@ -93,6 +99,8 @@ language plpgsql
 security definer
 volatile
 set search_path = pg_catalog, pg_temp
+set enable_seqscan = off
+set jit = off
 as $$
 declare
   v_now timestamptz := jobs._now();
@@ -205,6 +213,8 @@ language plpgsql
 security definer
 volatile
 set search_path = pg_catalog, pg_temp
+set enable_seqscan = off
+set jit = off
 as $$
 declare
   v_now timestamptz := jobs._now();
@@ -323,6 +333,8 @@ language plpgsql
 security definer
 volatile
 set search_path = pg_catalog, pg_temp
+set enable_seqscan = off
+set jit = off
 as $$
 declare
   v_ids uuid[];
@@ -402,6 +414,8 @@ language plpgsql
 security definer
 volatile
 set search_path = pg_catalog, pg_temp
+set enable_seqscan = off
+set jit = off
 as $$
 declare
   v_now timestamptz := jobs._now();
@@ -470,6 +484,8 @@ language plpgsql
 security definer
 volatile
 set search_path = pg_catalog, pg_temp
+set enable_seqscan = off
+set jit = off
 as $$
 declare
   v_now timestamptz := jobs._now();

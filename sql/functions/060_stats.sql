@@ -55,6 +55,7 @@ begin
       select j.queue, j.state, j.run_at
         from jobs.jobs_live j
        where j.state = 'running'
+         and j.lease_expires_at is not null  -- every running row: for jobs_lease_idx
          and (queue_stats.queues is null or j.queue = any(queue_stats.queues))
       union all
       select j.queue, j.state, j.run_at

@@ -4,7 +4,7 @@ begin;
 select plan(36);
 
 -- jobs.version: the installed schema version is the newest revision's number
-select is(jobs.version(), 15, 'jobs.version() answers 15, the claim marks'' revision');
+select is(jobs.version(), 16, 'jobs.version() answers 16, the stable plans'' revision');
 
 -- jobs._now honours durajobs.now, and follows it when it changes mid-transaction
 set local durajobs.now = '2026-01-01 00:00:00+00';
@@ -150,12 +150,12 @@ select is(
   jobs.step_statuses(), array['completed', 'sleeping', 'waiting', 'failed'],
   'step_statuses() lists every step status');
 
--- the unique index's predicate is exactly the live states
+-- the dedupe index is on jobs.jobs_live, whose check admits exactly the live states
 select ok(
-  (select indexdef from pg_indexes
-    where schemaname = 'jobs' and indexname = 'jobs_name_tenant_idempotency_live_idx')
+  (select pg_get_constraintdef(c.oid) from pg_constraint c
+    where c.conname = 'jobs_live_state_check')
   like '%' || (select string_agg(quote_literal(s) || '::text', ', ') from unnest(jobs.live_states()) s) || '%',
-  'the dedupe index covers exactly jobs.live_states()');
+  'the dedupe index covers exactly jobs.live_states(): the only states of jobs.jobs_live');
 
 select * from finish();
 rollback;

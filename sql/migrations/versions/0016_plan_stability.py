@@ -1,0 +1,28 @@
+"""Plans that hold whatever the statistics say: the claim and the settles
+
+Revision ID: 0016
+Revises: 0015
+Create Date: 2026-12-03
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from durajobs._db.migrations import apply_sql_file, close_to_public
+
+revision = "0016"
+down_revision = "0015"
+branch_labels = None
+depends_on = None
+
+HERE = Path(__file__).parent
+
+
+def upgrade() -> None:
+    apply_sql_file(HERE / f"{revision}_upgrade.sql")
+    close_to_public()
+
+
+def downgrade() -> None:
+    apply_sql_file(HERE / f"{revision}_downgrade.sql")
