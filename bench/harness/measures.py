@@ -304,7 +304,9 @@ class SoakSample:
     wait_p50_ms: float | None
     wait_p99_ms: float | None
     depth: int
-    table_bytes: int
+    live_table_bytes: int  # jobs.jobs_live: what the claim reads, the size of the backlog
+    live_index_bytes: int
+    table_bytes: int  # every table of the schema, the history of done jobs with them
     index_bytes: int
     dead_tuples: int
 
@@ -320,6 +322,9 @@ class Soak:
 # durajobs' own tables (the soak is durajobs'): the jobs done so far, and the wait from enqueue
 # (or run_at) to claim of the jobs enqueued in the last window, finished or running
 _SOAK_DONE = "select count(*) from jobs.jobs_history where state = 'done'"
+_SOAK_LIVE = (
+    "select pg_table_size('jobs.jobs_live'::regclass), pg_indexes_size('jobs.jobs_live'::regclass)"
+)
 _SOAK_WAIT = (
     "select percentile_cont(array[0.5, 0.99]) within group (order by"
     "       extract(epoch from claimed_at - greatest(run_at, created_at)) * 1000)"
@@ -343,6 +348,7 @@ def soak(system: System, total: int, rate: float, every: float = 10.0) -> Soak:
                 done = int(connection.execute(_SOAK_DONE).fetchone()[0])
                 waits = connection.execute(_SOAK_WAIT, [every]).fetchone()[0]
                 depth = int(connection.execute(system.depth_sql).fetchone()[0])
+                live_table, live_index = connection.execute(_SOAK_LIVE).fetchone()
             health = pg.table_health(url, system.schema, system.table_like)
             now = time.monotonic()
             samples.append(
@@ -353,6 +359,8 @@ def soak(system: System, total: int, rate: float, every: float = 10.0) -> Soak:
                     None if not waits else waits[0],
                     None if not waits else waits[1],
                     depth,
+                    int(live_table),
+                    int(live_index),
                     health["table_bytes"],
                     health["index_bytes"],
                     health["dead_tuples"],
