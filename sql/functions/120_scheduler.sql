@@ -66,9 +66,10 @@ $$;
 -- ones are passed in the same call), enqueue `requests` (a jobs.enqueue_many array) with
 -- occurrence-scoped idempotency keys ('<task>@<occurrence>:<key>', distinct from a manual
 -- fire's), record the fire, and wake each queue it filled once.
--- Fenced: only when the watermark has not passed the occurrence. A second fire of the same
--- occurrence, a fire racing it on another node, or a fire of a paused task (which only moves
--- the watermark) enqueues nothing.
+-- Fenced: only when the watermark has not passed the occurrence and the task is not paused. A
+-- second fire of the same occurrence, a fire racing it on another node, or a fire of a paused
+-- task enqueues nothing. A paused task keeps its watermark: on resume the occurrences it missed
+-- are owed, and the task's catch-up policy decides which fire, as after an outage.
 -- Answers the jobs' (id, run_id, deduped), in request order; nothing when fenced or paused.
 -- Raises X_ARGUMENT_INVALID and what jobs.enqueue_many raises. Locks: the task row, then the
 -- jobs it inserts.
@@ -86,7 +87,6 @@ set search_path = pg_catalog, pg_temp
 as $$
 declare
   v_now timestamptz := jobs._now();
-  v_paused boolean;
   v_requests jsonb;
 begin
   perform jobs._require(array['worker'], 'jobs.scheduler_fire');
@@ -104,14 +104,12 @@ begin
   -- the fence: the task row is locked and moved only if its watermark is before the occurrence
   update jobs.scheduler_tasks t
      set watermark = coalesce(scheduler_fire.watermark, scheduler_fire.occurrence),
-         last_fired_occurrence = case when t.paused_at is null then scheduler_fire.occurrence
-                                      else t.last_fired_occurrence end,
-         last_fired_at = case when t.paused_at is null then v_now else t.last_fired_at end
+         last_fired_occurrence = scheduler_fire.occurrence,
+         last_fired_at = v_now
    where t.task = scheduler_fire.task
      and t.watermark < scheduler_fire.occurrence
-  returning t.paused_at is not null
-    into v_paused;
-  if not found or v_paused then
+     and t.paused_at is null;
+  if not found then
     return;
   end if;
 
@@ -138,7 +136,7 @@ end;
 $$;
 
 -- jobs.scheduler_skip: move a task's watermark forward without firing (arming past an outage
--- under the skip policy, or a paused task's due occurrence). Never moves it back.
+-- under the skip policy). Never moves it back, nor a paused task's (jobs.scheduler_fire).
 -- Answers whether it moved. Raises X_ARGUMENT_INVALID. Locks the task row.
 create function jobs.scheduler_skip(task text, watermark timestamptz)
 returns boolean
@@ -155,7 +153,8 @@ begin
   update jobs.scheduler_tasks t
      set watermark = scheduler_skip.watermark
    where t.task = scheduler_skip.task
-     and t.watermark < scheduler_skip.watermark;
+     and t.watermark < scheduler_skip.watermark
+     and t.paused_at is null;
   return found;
 end;
 $$;
@@ -216,7 +215,8 @@ begin
 end;
 $$;
 
--- jobs.pause_task / jobs.resume_task: a paused task's due occurrences pass without firing.
+-- jobs.pause_task / jobs.resume_task: a paused task fires nothing and keeps its watermark; on
+-- resume, what it missed is owed under its catch-up policy (jobs.scheduler_fire).
 -- Answer whether the call changed anything. Raise X_ARGUMENT_INVALID for an unknown task.
 create function jobs.pause_task(task text)
 returns boolean

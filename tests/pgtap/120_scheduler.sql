@@ -4,7 +4,7 @@
 -- leadership is a lease row with an expiry, never a session lock (R51, R55, R98).
 begin;
 \ir fixtures/factory.sql
-select plan(115);
+select plan(116);
 
 set local durajobs.now = '2026-01-01 10:00:00+00';
 -- the session's zone is not UTC, so an occurrence key written in local time would show
@@ -175,7 +175,8 @@ select is(jobs_test.job_count(), :jobs_before_ghost::bigint, 'a fire of an unarm
 select is((select count(*) from jobs.scheduler_tasks where task = 'ghost'), 0::bigint,
           'a fire of an unarmed task does not arm it');
 
--- a paused task: its due occurrence passes (the watermark moves) without a fire
+-- a paused task: it fires nothing and keeps its watermark, so on resume what it missed is owed
+-- (which of it fires is the catch-up policy's, applied by the scheduler as after an outage)
 select jobs.scheduler_arm(task => 'paused-task', watermark => '2026-01-01 09:00:00+00') \g /dev/null
 select jobs.pause_task(task => 'paused-task') \g /dev/null
 select jobs_test.job_count() as jobs_before_paused \gset
@@ -186,13 +187,15 @@ select is(
 select is(jobs_test.job_count(), :jobs_before_paused::bigint, 'a paused task''s fire enqueues nothing');
 select results_eq(
   $$select watermark, last_fired_occurrence, last_fired_at from jobs.scheduler_tasks where task = 'paused-task'$$,
-  $$values ('2026-01-01 09:30:00+00'::timestamptz, null::timestamptz, null::timestamptz)$$,
-  'a paused task''s fire moves the watermark but records no fire');
+  $$values ('2026-01-01 09:00:00+00'::timestamptz, null::timestamptz, null::timestamptz)$$,
+  'a paused task''s fire keeps its watermark and records no fire');
+select is(jobs.scheduler_skip(task => 'paused-task', watermark => '2026-01-01 10:00:00+00'), false,
+          'a skip does not move a paused task''s watermark either');
 select jobs.resume_task(task => 'paused-task') \g /dev/null
 select is(
   (select count(*) from jobs.scheduler_fire(task => 'paused-task', occurrence => '2026-01-01 09:30:00+00',
                                             requests => '[{"name": "p", "input": {}, "idempotency_key": "p"}]')),
-  0::bigint, 'the occurrence passed while paused does not fire after a resume');
+  1::bigint, 'after a resume the occurrence missed while paused is owed and fires');
 select is(
   (select count(*) from jobs.scheduler_fire(task => 'paused-task', occurrence => '2026-01-01 10:00:00+00',
                                             requests => '[{"name": "p", "input": {}, "idempotency_key": "p"}]')),

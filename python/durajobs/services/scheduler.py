@@ -152,6 +152,10 @@ class Scheduler:
         watermark = self._watermarks.get(task.name)
         if watermark is None:
             state = await self.db.run(calls.scheduler_arm(task.name, now))
+            if state.paused:
+                # it keeps its watermark and is read again each round, so a resume is seen at
+                # once and what it missed is owed under its catch-up policy (J126)
+                return 0
             watermark = self._watermarks[task.name] = state.watermark  # read once, even if broken
         fired = 0
         for occurrence, passed in task.due(watermark, now):
@@ -162,18 +166,20 @@ class Scheduler:
                     task.name, occurrence, task.requests(occurrence), watermark=passed
                 )
             )
-            watermark = passed
-            if answers:
-                fired += 1
-                log.info(
-                    "jobs.scheduler.fired",
-                    extra={
-                        "task": task.name,
-                        "occurrence": occurrence.isoformat(),
-                        "jobs": len(answers),
-                    },
-                )
-        self._watermarks[task.name] = watermark
+            if not answers:
+                # fenced (another node fired it) or paused since read: read the task again
+                self._watermarks.pop(task.name, None)
+                return fired
+            watermark = self._watermarks[task.name] = passed
+            fired += 1
+            log.info(
+                "jobs.scheduler.fired",
+                extra={
+                    "task": task.name,
+                    "occurrence": occurrence.isoformat(),
+                    "jobs": len(answers),
+                },
+            )
         return fired
 
     def stop(self) -> None:

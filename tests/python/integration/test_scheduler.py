@@ -162,20 +162,47 @@ def test_a_scheduled_fire_and_a_manual_fire_are_two_jobs(database_url):
     assert keys[0] != keys[1]
 
 
-def test_a_paused_task_passes_its_occurrences_without_firing(database_url):
-    registry = report_app(database_url)
+# paused over the 12:00, 13:00 and 14:00 occurrences, resumed at 14:01: what each policy owes
+PAUSED_OVER = [
+    ("skip", ["2026-06-01T14:00:00+00:00"]),
+    ("run-once", ["2026-06-01T12:00:00+00:00"]),
+    (
+        "run-all",
+        ["2026-06-01T12:00:00+00:00", "2026-06-01T13:00:00+00:00", "2026-06-01T14:00:00+00:00"],
+    ),
+]
+
+
+@pytest.mark.parametrize(("catch_up", "owed"), PAUSED_OVER)
+def test_a_paused_task_keeps_its_watermark_and_its_policy_decides_on_resume(
+    database_url, catch_up, owed
+):
+    registry = report_app(database_url, catch_up=catch_up)
     set_watermark(database_url, "hourly", START - timedelta(minutes=30))
+    clock = Clock(START - timedelta(minutes=15))
+    node = Scheduler(registry, database_url, clock=clock, holder="node")
+    asyncio.run(ticks(node, clock))  # leading, the watermark read and kept; nothing owed yet
     with psycopg.connect(database_url, autocommit=True) as connection:
         connection.execute("select jobs.pause_task('hourly')")
-    clock = Clock(START + timedelta(minutes=1))
-    node = Scheduler(registry, database_url, clock=clock, holder="node")
-    asyncio.run(ticks(node, clock))
+    # each occurrence falls due while it is paused; the first fire meets the pause in the
+    # database (the leader still holds the watermark it read), the rest are not asked for
+    for hour in (0, 1, 2):
+        clock.now = START + timedelta(hours=hour, minutes=1)
+        assert asyncio.run(ticks(node, clock, count=2)) == [0, 0]
     assert reports(database_url) == []
     with psycopg.connect(database_url, autocommit=True) as connection:
+        watermark = connection.execute(
+            "select watermark from jobs.scheduler_tasks where task = 'hourly'"
+        ).fetchone()[0]
         connection.execute("select jobs.resume_task('hourly')")
-    clock.now = START + timedelta(hours=1, minutes=1)
-    asyncio.run(ticks(node, clock))
-    assert reports(database_url) == ["2026-06-01T13:00:00+00:00"]
+    assert watermark == START - timedelta(minutes=30), "a paused task keeps its watermark"
+    clock.now = START + timedelta(hours=2, minutes=1)
+    asyncio.run(ticks(node, clock, count=3))
+    assert reports(database_url) == owed
+    # and then it runs on as before: the next occurrence fires once
+    clock.now = START + timedelta(hours=3, minutes=1)
+    asyncio.run(ticks(node, clock, count=2))
+    assert reports(database_url) == [*owed, "2026-06-01T15:00:00+00:00"]
 
 
 def test_a_broken_task_does_not_stop_the_others(database_url, caplog):
