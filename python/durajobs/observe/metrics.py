@@ -3,7 +3,9 @@
 Two kinds of series:
 - this process's own, counted as it happens: jobs_total{queue,outcome} (outcome ok, failed or
   dead; a suspension, a drain's interrupted attempt, a park, a cancel add nothing),
-  job_leases_lost_total{queue}, worker_in_flight and worker_capacity;
+  job_leases_lost_total{queue}; and job_worker_in_flight and job_worker_capacity, each the sum
+  over the live workers of the process (a stopped worker leaves both), so an autoscaler needs
+  pods = ceil((queue_depth + sum of job_worker_in_flight) / job_worker_capacity);
 - the queue's, read from the database at scrape time (one short connection, three statements):
   queue_depth{queue} (the autoscaler's number, jobs.queue_depth), queue_oldest_ready_seconds
   {queue} and queue_dead_jobs{queue} (jobs.queue_stats); and per limit (jobs.limits: a job's
@@ -43,6 +45,29 @@ OUTCOME_LABELS = {
     "refused": "failed",
     "dead-lettered": "dead",
 }
+
+
+class LiveWorkers:
+    """The workers of this process that are running: what the worker gauges sum over."""
+
+    def __init__(self) -> None:
+        self._workers: dict[int, tuple[Callable[[], int], Callable[[], int]]] = {}
+
+    def join(self, key: object, in_flight: Callable[[], int], capacity: Callable[[], int]) -> None:
+        self._workers[id(key)] = (in_flight, capacity)
+
+    def leave(self, key: object) -> None:
+        self._workers.pop(id(key), None)
+
+    def in_flight(self) -> int:
+        return sum(in_flight() for in_flight, _ in list(self._workers.values()))
+
+    def capacity(self) -> int:
+        return sum(capacity() for _, capacity in list(self._workers.values()))
+
+
+# one per process: the gauges of every worker's registry answer the same sums
+LIVE_WORKERS = LiveWorkers()
 
 
 class QueueCollector(Collector):
@@ -152,19 +177,32 @@ class WorkerMetrics:
             ["queue"],
             registry=self.registry,
         )
+        self._in_flight, self._capacity = in_flight, capacity
         in_flight_gauge = Gauge(
-            "worker_in_flight", "Attempts this worker runs now", registry=self.registry
+            "job_worker_in_flight",
+            "Attempts the running workers of this process run now",
+            registry=self.registry,
         )
-        in_flight_gauge.set_function(lambda: float(in_flight()))
+        in_flight_gauge.set_function(lambda: float(LIVE_WORKERS.in_flight()))
         capacity_gauge = Gauge(
-            "worker_capacity", "Attempts this worker may run at once", registry=self.registry
+            "job_worker_capacity",
+            "Attempts the running workers of this process may run at once",
+            registry=self.registry,
         )
-        capacity_gauge.set_function(lambda: float(capacity()))
+        capacity_gauge.set_function(lambda: float(LIVE_WORKERS.capacity()))
         self.registry.register(QueueCollector(database_url, queues))
         self._counters: dict[tuple[str, str], Counter | None] = {}
         self._server: WSGIServer | None = None
         self._thread: Thread | None = None
         self.port: int | None = None
+
+    def join(self) -> None:
+        """Count this worker in the process's gauges: it runs."""
+        LIVE_WORKERS.join(self, self._in_flight, self._capacity)
+
+    def leave(self) -> None:
+        """Take this worker out of them: it stopped."""
+        LIVE_WORKERS.leave(self)
 
     def observe(self, queue: str, outcome: str, count: int = 1) -> None:
         """Count `count` attempts' outcome (an execution.Outcome value)."""

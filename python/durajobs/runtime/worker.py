@@ -310,6 +310,7 @@ class Worker:
         try:
             await self.db.open()
             await self.settle_db.open()
+            self.metrics.join()
             if self._metrics_port is not None:
                 self.metrics.serve(self._metrics_port, self._metrics_host, self.readiness)
             # before the announce: a cancel landing after its row was written but before its
@@ -385,6 +386,7 @@ class Worker:
         finally:
             await self.upkeep.close()
             await self._leases.close()
+            self.metrics.leave()
             self.metrics.close()
             await self.settle_db.close()
             await self.db.close()

@@ -282,8 +282,51 @@ def test_the_worker_serves_its_series_and_the_queue_gauges(database_url):
     assert 'queue_dead_jobs{queue="default"} 1.0' in text
     assert 'queue_depth{queue="default"} 0.0' in text
     assert 'queue_oldest_ready_seconds{queue="default"} 0.0' in text
-    assert "worker_capacity 8.0" in text
-    assert "worker_in_flight 0.0" in text
+    assert "job_worker_capacity 8.0" in text
+    assert "job_worker_in_flight 0.0" in text
+
+
+def test_the_worker_gauges_sum_the_live_workers_of_the_process(database_url):
+    registry = durajobs.Registry(database_url=database_url)
+    started = asyncio.Event()
+    release = asyncio.Event()
+
+    @declare(registry, "hold", input=Reporting)
+    async def hold(ctx) -> None:
+        started.set()
+        await release.wait()
+
+    registry.get("hold").enqueue({"key": "a"})
+    wide = Worker(registry, database_url, listen=False, concurrency=8, idle_ceiling=0.1)
+    narrow = Worker(registry, database_url, listen=False, concurrency=3, idle_ceiling=0.1)
+    seen: dict[str, float | None] = {}
+
+    async def scenario() -> None:
+        wide_run = asyncio.ensure_future(wide.run())
+        narrow_run = asyncio.ensure_future(narrow.run())
+        await asyncio.wait_for(started.wait(), 20)
+        seen["capacity, both"] = wide.metrics.sample("job_worker_capacity")
+        seen["in flight, both"] = narrow.metrics.sample("job_worker_in_flight")
+        # stop the worker not running the job: the sums drop by its capacity alone
+        idle, busy, idle_run = (
+            (narrow, wide, narrow_run) if wide.stats().in_flight else (wide, narrow, wide_run)
+        )
+        idle.stop()
+        await asyncio.wait_for(idle_run, 20)
+        seen["capacity, one"] = busy.metrics.sample("job_worker_capacity")
+        seen["busy capacity"] = float(busy.capacity)
+        seen["in flight, one"] = idle.metrics.sample("job_worker_in_flight")
+        release.set()
+        busy.stop()
+        await asyncio.wait_for(asyncio.gather(wide_run, narrow_run), 20)
+        seen["capacity, none"] = busy.metrics.sample("job_worker_capacity")
+
+    asyncio.run(scenario())
+    assert seen["capacity, both"] == 11.0
+    assert seen["in flight, both"] == 1.0  # the job runs on one of them; each answers the sum
+    assert seen["capacity, one"] == seen["busy capacity"]
+    assert seen["in flight, one"] == 1.0
+    assert seen["capacity, none"] == 0.0
 
 
 def test_a_scrape_the_database_cannot_answer_still_serves_the_process_series(database_url):
@@ -300,7 +343,14 @@ def test_a_scrape_the_database_cannot_answer_still_serves_the_process_series(dat
     metrics.observe("default", "lease-lost")
     assert metrics.sample("jobs_total", {"queue": "default", "outcome": "ok"}) == 1.0
     assert metrics.sample("job_leases_lost_total", {"queue": "default"}) == 1.0
-    assert metrics.sample("worker_in_flight") == 2.0
+    assert metrics.sample("job_worker_in_flight") == 0.0  # not running: not counted
+    metrics.join()
+    try:
+        assert metrics.sample("job_worker_in_flight") == 2.0
+        assert metrics.sample("job_worker_capacity") == 4.0
+    finally:
+        metrics.leave()
+    assert metrics.sample("job_worker_capacity") == 0.0
     assert metrics.sample("queue_depth", {"queue": "default"}) is None
 
 
