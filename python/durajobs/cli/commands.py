@@ -36,7 +36,6 @@ from durajobs.declare.enqueue import EnqueueRequest
 from durajobs.errors import ArgumentInvalid, DurajobsError, JobInputInvalid
 from durajobs.observe.tracing import checked_traceparent, current_traceparent
 from durajobs.runtime import loop as event_loop
-from durajobs.runtime._asyncio import cancel_and_wait
 
 
 def _json_object(text: str) -> dict[str, Any]:
@@ -230,9 +229,7 @@ def _cmd_worker(args: argparse.Namespace) -> int:
             # lease until it runs out
             left = worker.drain_time_left()
             budget = worker.drain_deadline.total_seconds() if left is None else left
-            done, _ = await asyncio.wait({scheduling}, timeout=budget)
-            if not done:
-                await cancel_and_wait(scheduling)
+            await scheduler.drain(scheduling, budget)
 
     event_loop.run(run())
     if worker.abandoned:
@@ -285,12 +282,22 @@ def _cmd_scheduler(args: argparse.Namespace) -> int:
         renew_every=parse_duration(args.renew_every, field="--renew-every"),
         retention=retention_from(args),
     )
+    deadline = float(args.drain_deadline)
 
     async def run() -> None:
         loop = asyncio.get_running_loop()
+        asked = asyncio.Event()
         for number in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(number, scheduler.stop)
-        await scheduler.run()
+            loop.add_signal_handler(number, asked.set)
+        running = asyncio.ensure_future(scheduler.run())
+        waiting = asyncio.ensure_future(asked.wait())
+        await asyncio.wait({running, waiting}, return_when=asyncio.FIRST_COMPLETED)
+        waiting.cancel()
+        if not running.done():
+            # the round in flight finishes within the deadline, or is abandoned to its lease
+            await scheduler.drain(running, deadline)
+        if not running.cancelled():
+            running.result()  # a run() that failed on its own fails the command
 
     event_loop.run(run())
     return 0
@@ -403,6 +410,13 @@ def _parser() -> argparse.ArgumentParser:
         default="10s",
         help="how often the leader renews its lease, which lasts three times this: a dead "
         "leader is replaced within it (10s)",
+    )
+    scheduler_command.add_argument(
+        "--drain-deadline",
+        type=float,
+        default=25.0,
+        help="SIGTERM budget in seconds for the round in flight; past it the round is abandoned "
+        "and the lease kept until it runs out (25)",
     )
     add_retention_options(scheduler_command, sweeping=True)
     scheduler_command.set_defaults(run=_cmd_scheduler)

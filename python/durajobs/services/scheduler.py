@@ -24,7 +24,7 @@ from durajobs._db.database import AsyncDatabase
 from durajobs._values.durations import Duration, parse_duration
 from durajobs.declare.cron import Task
 from durajobs.declare.registry import Registry
-from durajobs.runtime._asyncio import CancelWatch
+from durajobs.runtime._asyncio import CancelWatch, cancel_and_wait
 from durajobs.services.retention import Retention, RetentionSweep
 
 log = logging.getLogger(__name__)
@@ -184,6 +184,22 @@ class Scheduler:
 
     def stop(self) -> None:
         self._running = False
+
+    async def drain(self, running: asyncio.Future[None], deadline: float) -> bool:
+        """Stop, and give `running` (the task of run()) `deadline` seconds to finish its round
+        and give the lease up. Past it the round is abandoned: cancelled, its lease kept until
+        it runs out, so no standby fires beside a dispatch that may still land, and
+        jobs.scheduler.drain-abandoned is logged. Answers whether it finished in time."""
+        self.stop()
+        done, _ = await asyncio.wait({running}, timeout=max(deadline, 0.0))
+        if done:
+            return True
+        log.warning(
+            "jobs.scheduler.drain-abandoned",
+            extra={"holder": self.holder, "deadline_seconds": deadline},
+        )
+        await cancel_and_wait(running)
+        return False
 
     async def run(self) -> None:
         """Tick until stop(); a round that throws is logged and the loop goes on. A clean stop

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from datetime import UTC, datetime, timedelta
 
 import psycopg
@@ -450,3 +451,75 @@ def test_a_leader_that_meets_another_holder_at_its_renewal_logs_taken(database_u
         asyncio.run(ticks(node, clock))
     assert not node.leading
     assert _demotions(caplog.records) == ["taken"]
+
+
+# -- drain ----------------------------------------------------------------------------------------
+
+
+def _fire_waits_on_a_lock(database_url: str) -> bool:
+    with psycopg.connect(database_url, autocommit=True) as connection:
+        row = connection.execute(
+            "select count(*) from pg_stat_activity"
+            " where wait_event_type = 'Lock' and query like '%scheduler_fire%'"
+        ).fetchone()
+    return bool(row and row[0])
+
+
+def _lease_holder(database_url: str) -> str | None:
+    with psycopg.connect(database_url, autocommit=True) as connection:
+        row = connection.execute("select holder from jobs.scheduler_leases").fetchone()
+    return None if row is None else str(row[0])
+
+
+def test_a_drain_past_its_deadline_abandons_the_round_and_keeps_the_lease(database_url, caplog):
+    registry = report_app(database_url)
+    set_watermark(database_url, "hourly", START - timedelta(minutes=30))
+    clock = Clock(START + timedelta(minutes=1))
+    node = Scheduler(registry, database_url, clock=clock, holder="slow-node", tick=0.05)
+    # a transaction holding the task's row: the round's fire waits for it (a slow enqueue)
+    blocker = psycopg.connect(database_url)
+    blocker.execute("select 1 from jobs.scheduler_tasks where task = 'hourly' for update")
+
+    async def scenario() -> bool:
+        running = asyncio.ensure_future(node.run())
+        deadline = time.monotonic() + 10
+        while not _fire_waits_on_a_lock(database_url):
+            assert time.monotonic() < deadline, "the round never reached its fire"
+            await asyncio.sleep(0.05)
+        return await node.drain(running, 0.3)
+
+    try:
+        with caplog.at_level(logging.WARNING, logger="durajobs"):
+            finished = asyncio.run(scenario())
+        held_by = _lease_holder(database_url)
+    finally:
+        blocker.rollback()
+        blocker.close()
+    assert finished is False
+    assert any(r.getMessage() == "jobs.scheduler.drain-abandoned" for r in caplog.records)
+    # kept: a standby must not fire beside a dispatch that may still land
+    assert held_by == "slow-node"
+
+
+def test_a_drain_within_its_deadline_finishes_the_round_and_gives_the_lease_up(
+    database_url, caplog
+):
+    registry = report_app(database_url)
+    set_watermark(database_url, "hourly", START - timedelta(minutes=30))
+    clock = Clock(START + timedelta(minutes=1))
+    node = Scheduler(registry, database_url, clock=clock, holder="quick-node", tick=0.05)
+
+    async def scenario() -> bool:
+        running = asyncio.ensure_future(node.run())
+        deadline = time.monotonic() + 10
+        while node.fired == 0:
+            assert time.monotonic() < deadline, "the round never fired"
+            await asyncio.sleep(0.02)
+        return await node.drain(running, 10.0)
+
+    with caplog.at_level(logging.WARNING, logger="durajobs"):
+        finished = asyncio.run(scenario())
+    assert finished is True
+    assert not any(r.getMessage() == "jobs.scheduler.drain-abandoned" for r in caplog.records)
+    assert reports(database_url) == ["2026-06-01T12:00:00+00:00"]
+    assert _lease_holder(database_url) is None
