@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
@@ -34,6 +35,8 @@ from durajobs._values.states import HeartbeatAnswer, NackTarget, StepStatus
 from durajobs.observe.tracing import current_traceparent, stamped
 
 T = TypeVar("T")
+
+log = logging.getLogger(__name__)
 
 
 class Client:
@@ -164,12 +167,23 @@ class Client:
         tenant_id: str | None = None,
     ) -> UUID:
         """Publish an event; runs waiting for it (step.wait_for_event) become due at once.
-        With `tenant_id`, only that tenant's runs see it."""
-        return self.run(
+        With `tenant_id`, only that tenant's runs see it. Logs jobs.event.published (never the
+        payload, which may hold what a log must not)."""
+        event_id = self.run(
             calls.publish_event(
                 name, payload, correlation_key=correlation_key, ttl=ttl, tenant_id=tenant_id
             )
         )
+        log.info(
+            "jobs.event.published",
+            extra={
+                "event": name,
+                "id": str(event_id),
+                "correlation_key": correlation_key,
+                "tenant_id": tenant_id,
+            },
+        )
+        return event_id
 
     def requeue(self, id: UUID, *, from_step: str | None = None) -> bool:
         return self.run(calls.requeue(id, from_step=from_step))

@@ -301,3 +301,18 @@ def test_a_run_takes_only_its_own_tenants_events(database_url):
     last = asyncio.run(_attempt(database_url, registry))
     assert last.outcome is durajobs.Outcome.COMPLETED
     assert received == [{"by": "acme"}]
+
+
+def test_a_publish_logs_jobs_event_published_without_its_payload(database_url, caplog):
+    import logging
+
+    with (
+        caplog.at_level(logging.INFO, logger="durajobs"),
+        durajobs.Client.connect(database_url) as client,
+    ):
+        event_id = client.publish_event("card.saved", {"pan": "4111"}, correlation_key="u-7")
+    published = [r for r in caplog.records if r.getMessage() == "jobs.event.published"]
+    assert len(published) == 1
+    record = published[0]
+    assert (record.event, record.id, record.correlation_key) == ("card.saved", str(event_id), "u-7")
+    assert "4111" not in repr(record.__dict__)
