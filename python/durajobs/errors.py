@@ -255,6 +255,12 @@ class JobKeyBusy(DurajobsError):
     code = "X_JOB_KEY_BUSY"
 
 
+class JobOnSettledFailed(DurajobsError):
+    """Reported (logged, never raised) when a job's on_settled hook failed its every try."""
+
+    code = "X_JOB_ON_SETTLED_FAILED"
+
+
 class StepOutputInvalid(DurajobsError):
     code = "X_STEP_OUTPUT_INVALID"
 

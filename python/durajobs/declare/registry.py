@@ -87,6 +87,9 @@ class Settled:
     code: str | None = None
     input: Any = None  # the stored input, as JSON
     result: Any = None  # what the handler returned, for a completed ending
+    # the run's context: its tenant (None for a tenantless job) and the queue it ran on
+    tenant_id: str | None = None
+    queue: str | None = None
 
 
 @dataclass(eq=False)

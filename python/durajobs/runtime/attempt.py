@@ -36,6 +36,7 @@ from durajobs.errors import (
     DurajobsError,
     JobCancelled,
     JobLeaseLost,
+    JobOnSettledFailed,
     JobRowStatusUnknown,
     JobTenantMismatch,
     JobTimeout,
@@ -851,6 +852,8 @@ async def _on_settled(job: Job[Any], claimed: ClaimedJob, execution: JobExecutio
             code=execution.code,
             input=claimed.input,
             result=execution.result,
+            tenant_id=claimed.tenant_id,
+            queue=claimed.queue,
         ),
     )
 
@@ -873,12 +876,13 @@ async def notify_settled(job: Job[Any], settled: Settled) -> None:
                     await answer
             return
         except Exception as failure:
-            log.error(
-                "jobs.on-settled.failed",
-                extra={
-                    "job": job.name,
-                    "id": str(settled.job_id),
-                    "try": attempt,
-                    "error": _error_text(failure),
-                },
-            )
+            fields: dict[str, Any] = {
+                "job": job.name,
+                "id": str(settled.job_id),
+                "try": attempt,
+                "error": _error_text(failure),
+            }
+            if attempt == ON_SETTLED_TRIES:
+                # the last try: reported with its code and fix; the row stays as it settled
+                fields.update(code=JobOnSettledFailed.code, fix=JobOnSettledFailed.fix)
+            log.error("jobs.on-settled.failed", extra=fields)

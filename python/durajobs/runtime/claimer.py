@@ -311,6 +311,8 @@ class ClaimLoop:
                 error=row.last_error if refused else "LEASE_LAPSED_FINAL_ATTEMPT",
                 code=JobKeyBusy.code if refused else None,
                 input=row.input,
+                tenant_id=row.tenant_id,
+                queue=row.queue,
             ),
         )
 

@@ -248,6 +248,8 @@ def test_a_completed_attempt_acks_and_tells_on_settled_once(database_url, connec
         code=None,
         input={"key": "k", "n": 41},
         result={"answer": 42, "attempt": 1},
+        tenant_id=None,
+        queue="default",
     )
 
 
@@ -308,7 +310,7 @@ def test_an_async_on_settled_is_awaited(database_url, connect):
 
 @pytest.mark.parametrize(("failures", "calls_expected"), [(1, 2), (2, 3), (None, 3)])
 def test_a_failing_on_settled_is_retried_up_to_three_times_and_never_changes_the_row(
-    database_url, connect, failures, calls_expected
+    database_url, connect, failures, calls_expected, caplog
 ):
     observer = connect()
     registry = durajobs.Registry(database_url=database_url)
@@ -328,7 +330,8 @@ def test_a_failing_on_settled_is_retried_up_to_three_times_and_never_changes_the
     async def scenario(db):
         return await _execute(db, registry, await _claim(db))
 
-    execution = _run(database_url, scenario)
+    with caplog.at_level(logging.ERROR, logger="durajobs"):
+        execution = _run(database_url, scenario)
     assert execution.outcome is Outcome.COMPLETED
     assert execution.result == "ok"
     assert execution.error is None
@@ -336,6 +339,41 @@ def test_a_failing_on_settled_is_retried_up_to_three_times_and_never_changes_the
     after = _snapshot(observer, queued.id)
     assert after["state"] == "done"
     assert all(seen == after for seen in hook_calls)  # nothing the hook did moved the row
+    failed = [r for r in caplog.records if r.getMessage() == "jobs.on-settled.failed"]
+    tries = calls_expected if failures is None else failures
+    assert [getattr(r, "try") for r in failed] == list(range(1, tries + 1))
+    # only a hook that failed its every try is reported with the code and its fix
+    reported = [getattr(r, "code", None) for r in failed]
+    if failures is None:
+        assert reported == [None, None, durajobs.JobOnSettledFailed.code]
+        assert failed[-1].fix == durajobs.JobOnSettledFailed.fix
+    else:
+        assert reported == [None] * failures
+
+
+def test_on_settled_is_told_the_runs_tenant_and_queue(database_url):
+    registry = durajobs.Registry(database_url=database_url)
+    told: list[durajobs.Settled] = []
+
+    @declare(
+        registry,
+        "tenanted",
+        input=Counted,
+        idempotency_key=lambda c: str(c.n),
+        tenant=lambda c: f"org-{c.n}",
+        queue="billing",
+        on_settled=told.append,
+    )
+    async def tenanted(ctx):
+        return "ok"
+
+    tenanted.enqueue(Counted(n=7))
+
+    async def scenario(db):
+        return await _execute(db, registry, await _claim(db, queue="billing"))
+
+    assert _run(database_url, scenario).outcome is Outcome.COMPLETED
+    assert [(t.tenant_id, t.queue, t.outcome) for t in told] == [("org-7", "billing", "completed")]
 
 
 # -- durable steps --------------------------------------------------------------------------------
