@@ -15,49 +15,19 @@ of the index (jobs._claim_rescan).
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
-import subprocess
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
 import psycopg
+from drain_loop import drain, enqueue, fresh_schema
 
 BATCH = 500
 CLAIM = (
     "select id, claim from jobs.claim_v1(queues => array['bench'], worker_id => 'w1',"
     " batch_size => %s, visibility => interval '30 s', recover_lapsed => false)"
 )
-ACK = "select count(*) from jobs.ack_many_v1('w1', %s::uuid[], %s::bigint[])"
-DURAJOBS = str(Path(sys.executable).with_name("durajobs"))
-
-
-def _fresh_schema(url: str) -> None:
-    with psycopg.connect(url, autocommit=True) as connection:
-        connection.execute("drop schema if exists jobs cascade")
-        connection.execute("drop table if exists public.alembic_version")
-    subprocess.run([DURAJOBS, "migrate", "--database-url", url], check=True, capture_output=True)
-
-
-def _enqueue(connection: psycopg.Connection[Any], round_: int, jobs: int) -> None:
-    for start in range(0, jobs, 1000):
-        rows = [
-            {"name": "noop", "queue": "bench", "input": {}, "idempotency_key": f"{round_}.{n}"}
-            for n in range(start, min(start + 1000, jobs))
-        ]
-        connection.execute("select count(*) from jobs.enqueue_many(%s::jsonb)", [json.dumps(rows)])
-
-
-def _drain(connection: psycopg.Connection[Any]) -> int:
-    done = 0
-    while True:
-        rows = connection.execute(CLAIM, [BATCH]).fetchall()
-        if not rows:
-            return done
-        connection.execute(ACK, [[r[0] for r in rows], [r[1] for r in rows]])
-        done += len(rows)
 
 
 def _empty_claims_ms(connection: psycopg.Connection[Any]) -> tuple[float, float]:
@@ -71,7 +41,7 @@ def _empty_claims_ms(connection: psycopg.Connection[Any]) -> tuple[float, float]
 
 
 def run(url: str, rounds: int, jobs: int, held: bool) -> list[tuple[float, float, float]]:
-    _fresh_schema(url)
+    fresh_schema(url)
     holder = psycopg.connect(url)
     try:
         if held:
@@ -80,9 +50,9 @@ def run(url: str, rounds: int, jobs: int, held: bool) -> list[tuple[float, float
         results = []
         with psycopg.connect(url, autocommit=True) as connection:
             for round_ in range(rounds):
-                _enqueue(connection, round_, jobs)
+                enqueue(connection, str(round_), jobs)
                 started = time.perf_counter()
-                drained = _drain(connection)
+                drained = drain(connection, CLAIM, BATCH)
                 rate = drained / (time.perf_counter() - started)
                 results.append((rate, *_empty_claims_ms(connection)))
         return results

@@ -18,56 +18,24 @@ reads all of it on each call: before revision 0016 a soak's worker fell to 50 jo
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
-import subprocess
 import sys
 import time
 from collections.abc import Callable
-from pathlib import Path
-from typing import Any
 
 import psycopg
+from drain_loop import Connection, drain, enqueue, fresh_schema
 
 BATCH = 500
 CLAIM = (
     "select id, claim from jobs.claim_v1(queues => array['bench'], worker_id => 'w1',"
     " batch_size => %s, visibility => interval '30 s')"
 )
-ACK = "select count(*) from jobs.ack_many_v1('w1', %s::uuid[], %s::bigint[])"
-DURAJOBS = str(Path(sys.executable).with_name("durajobs"))
-Connection = psycopg.Connection[Any]
-
-
-def _fresh_schema(url: str) -> None:
-    with psycopg.connect(url, autocommit=True) as connection:
-        connection.execute("drop schema if exists jobs cascade")
-        connection.execute("drop table if exists public.alembic_version")
-    subprocess.run([DURAJOBS, "migrate", "--database-url", url], check=True, capture_output=True)
-
-
-def _enqueue(connection: Connection, tag: str, jobs: int) -> None:
-    for start in range(0, jobs, 1000):
-        rows = [
-            {"name": "noop", "queue": "bench", "input": {}, "idempotency_key": f"{tag}.{n}"}
-            for n in range(start, min(start + 1000, jobs))
-        ]
-        connection.execute("select count(*) from jobs.enqueue_many(%s::jsonb)", [json.dumps(rows)])
-
-
-def _drain(worker: Connection, batch: int = BATCH) -> int:
-    done = 0
-    while True:
-        rows = worker.execute(CLAIM, [batch]).fetchall()
-        if not rows:
-            return done
-        worker.execute(ACK, [[r[0] for r in rows], [r[1] for r in rows]])
-        done += len(rows)
 
 
 def _timed_drain(worker: Connection, jobs: int) -> float:
     started = time.perf_counter()
-    done = _drain(worker)
+    done = drain(worker, CLAIM, BATCH)
     elapsed = time.perf_counter() - started
     if done != jobs:
         raise RuntimeError(f"drained {done} of {jobs} jobs")
@@ -75,28 +43,28 @@ def _timed_drain(worker: Connection, jobs: int) -> float:
 
 
 def known(admin: Connection, worker: Connection, jobs: int, tag: str) -> float:
-    _drain(worker)
-    _enqueue(admin, tag, jobs)
+    drain(worker, CLAIM, BATCH)
+    enqueue(admin, tag, jobs)
     admin.execute("analyze jobs.jobs_live")
     return _timed_drain(worker, jobs)
 
 
 def drained(admin: Connection, worker: Connection, jobs: int, tag: str) -> float:
     # fill the table's pages once, so that the drained analyze finds pages and no rows
-    _enqueue(admin, tag + "-fill", jobs)
-    _drain(worker)
+    enqueue(admin, tag + "-fill", jobs)
+    drain(worker, CLAIM, BATCH)
     admin.execute("vacuum analyze jobs.jobs_live")
-    _enqueue(admin, tag, jobs)
+    enqueue(admin, tag, jobs)
     return _timed_drain(worker, jobs)
 
 
 def a_page(admin: Connection, worker: Connection, jobs: int, tag: str) -> float:
-    _drain(worker)
+    drain(worker, CLAIM, BATCH)
     admin.execute("vacuum (truncate true, analyze) jobs.jobs_live")
     for round_ in range(6):  # the plan cache keeps a generic plan from the sixth call
-        _enqueue(admin, f"{tag}-small{round_}", 10)
-        _drain(worker, batch=10)
-    _enqueue(admin, tag, jobs)
+        enqueue(admin, f"{tag}-small{round_}", 10)
+        drain(worker, CLAIM, 10)
+    enqueue(admin, tag, jobs)
     return _timed_drain(worker, jobs)
 
 
@@ -116,7 +84,7 @@ def main() -> None:
     results: dict[str, list[float]] = {state: [] for state in STATES}
     for rep in range(args.reps):
         for state, measure in STATES.items():
-            _fresh_schema(args.database_url)
+            fresh_schema(args.database_url)
             with (
                 psycopg.connect(args.database_url, autocommit=True) as admin,
                 psycopg.connect(args.database_url, autocommit=True) as worker,
