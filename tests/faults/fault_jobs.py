@@ -102,6 +102,25 @@ def tick(ctx: Any) -> None:
         time.sleep(ctx.input.ms / 1000)
 
 
+def _hooked_settled(settled: Any) -> None:
+    # the hook records, then hangs: the test kills the worker inside it, after the ack landed
+    record(settled.run_id, "hook", settled.attempt)
+    time.sleep(60)
+
+
+# a quick body whose on_settled hook is where the kill lands
+@registry.job(
+    name="hooked",
+    input=Work,
+    idempotency_key=_key,
+    tenant="none",
+    retry=RetryPolicy.of(attempts=100, delay="10ms"),
+    on_settled=_hooked_settled,
+)
+def hooked(ctx: Any) -> None:
+    record(ctx.run_id, "ran", ctx.attempt)
+
+
 @registry.task(name="every-second", cron="* * * * * *", tz="UTC", catch_up="run-all")
 def every_second(occurrence: Any) -> Any:
     return [(tick, {"key": f"second:{occurrence.isoformat()}"})]

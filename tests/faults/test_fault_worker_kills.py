@@ -107,3 +107,25 @@ def test_a_worker_drained_mid_step_round_after_round_spends_no_attempt(db, stren
         )
         > 0
     )
+
+
+def test_a_worker_killed_inside_on_settled_never_calls_it_again(db, strength, tmp_path):
+    """M159: the hook is told at most once per ending. A worker SIGKILLed inside it, after the
+    ack landed, leaves the job done; no later worker runs the body or the hook again."""
+    jobs = strength.pick(3, 6)
+    enqueue(db.url, "hooked", [f"h{n}" for n in range(jobs)])
+    killed = worker(db.url, tmp_path / "killed.log", visibility=1, in_flight=jobs)
+    wait_for(
+        lambda: value(db.url, "select count(*) from effects where what = 'hook'") == jobs,
+        timeout=60,
+        what="every job's hook to start",
+        show=[killed],
+    )
+    killed.kill()  # inside every hook: each ack landed before its hook was called
+    assert value(db.url, "select count(*) from jobs.jobs where state = 'done'") == jobs
+    after = worker(db.url, tmp_path / "after.log", visibility=1, in_flight=jobs)
+    time.sleep(3)  # past the killed worker's leases (1 s): anything owed would run by now
+    after.kill()
+    assert value(db.url, "select count(*) from effects where what = 'ran'") == jobs
+    assert value(db.url, "select count(*) from effects where what = 'hook'") == jobs
+    assert value(db.url, "select count(*) from jobs.jobs where state = 'done'") == jobs
