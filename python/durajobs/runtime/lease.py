@@ -182,16 +182,33 @@ class LeaseRenewer:
             # again soon enough to notice the end of the first window in time
             ends = [self._visibility - (time.monotonic() - lease.last_landed) for lease in live]
             return max(min([self._interval, *ends]), RETRY_FLOOR)
+        unanswered: list[HeldLease] = []
         for lease in due:
             if lease.stopped:
                 continue  # its settle went out while we asked: not a loss
-            answer = answers.get(lease.claimed.id, HeartbeatAnswer.LOST)
-            if answer is HeartbeatAnswer.OK:
+            answer = answers.get(lease.claimed.id)
+            if answer is None:
+                # never the SQL's way (it answers every id), and not a loss: only an explicit
+                # 'lost' ends an attempt; this renewal is tried again like a failed one (R91)
+                unanswered.append(lease)
+                log.warning(
+                    "jobs.heartbeat.failed",
+                    extra={
+                        "job": lease.claimed.name,
+                        "id": str(lease.claimed.id),
+                        "error": "no answer for this lease",
+                    },
+                )
+            elif answer is HeartbeatAnswer.OK:
                 lease.last_landed = sent
             elif answer is HeartbeatAnswer.CANCELLED:
                 self._cancelled(lease)
             else:
                 self._lost(lease, "not-ours")
+        if unanswered:
+            now = time.monotonic()
+            ends = [self._visibility - (now - lease.last_landed) for lease in unanswered]
+            return max(min([self._interval, *ends]), RETRY_FLOOR)
         return None
 
     def _cancelled(self, lease: HeldLease) -> None:

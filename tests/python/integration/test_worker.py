@@ -593,6 +593,38 @@ def test_a_slow_on_settled_hook_is_not_a_lease_loss(database_url, caplog):
     assert not [r for r in caplog.records if r.getMessage() == "jobs.lease.lost"]
 
 
+def test_a_renewal_without_an_answer_for_a_lease_is_retried_not_a_loss(database_url, caplog):
+    """R91: only an explicit 'lost' ends an attempt. A batch renewal whose answer leaves a held
+    lease out (never the SQL's way) is tried again, like a renewal that failed."""
+    registry = _registry(database_url)
+    ran: list[int] = []
+
+    @declare(registry, "long", input=TimedItem)
+    async def long_job(ctx):
+        await asyncio.sleep(1.5)  # several renewals of a 600 ms lease
+        ran.append(ctx.attempt)
+
+    long_job.enqueue({"key": "k"})
+    worker = Worker(registry, database_url, listen=False, visibility=timedelta(milliseconds=600))
+    real_run = worker.settle_db.run
+    dropped: list[object] = []
+
+    async def first_renewal_unanswered(call):
+        answer = await real_run(call)
+        if call.function == "jobs.heartbeat_many_v1" and not dropped and answer:
+            dropped.extend(answer)
+            return {}  # the renewal landed, but its answer says nothing of the lease
+        return answer
+
+    worker.settle_db.run = first_renewal_unanswered  # type: ignore[method-assign]
+    with caplog.at_level(logging.INFO, logger="durajobs"):
+        asyncio.run(run_until(worker, lambda: ran == [1]))
+    assert dropped, "no renewal was made"
+    assert not [r for r in caplog.records if r.getMessage() == "jobs.lease.lost"]
+    unanswered = [r for r in caplog.records if r.getMessage() == "jobs.heartbeat.failed"]
+    assert [getattr(r, "error", None) for r in unanswered] == ["no answer for this lease"]
+
+
 def test_the_poll_still_runs_jobs_when_the_listener_is_lost(database_url):
     registry = _registry(database_url)
     ran: list[str] = []
