@@ -1,11 +1,12 @@
--- 190_purge: retention (R69, R70, R73, items 113, 134, 185). jobs.purge deletes what has outlived
--- its window, a batch a call: done jobs after done_after, failed, dead and cancelled ones after
--- ended_after (from finished_at), the steps of runs whose last row went, outbox rows published
--- more than published_after ago and expired events; never a live job, an unpublished outbox row,
--- or a finished job an unpublished outbox row names.
+-- 190_purge: retention (R69, R70, R71, R73, items 113, 134, 183, 185). jobs.purge deletes what
+-- has outlived its window, a batch a call: done jobs after done_after, failed, dead and cancelled
+-- ones after ended_after (from finished_at), the steps of runs whose last row went, outbox rows
+-- published more than published_after ago and expired events; never a live job, an unpublished
+-- outbox row, or a finished job an unpublished outbox row names. One clock reading serves every
+-- target of a call.
 begin;
 \ir fixtures/factory.sql
-select plan(87);
+select plan(90);
 
 -- local helpers (in jobs_test, so the rollback removes them) ----------------------------------
 
@@ -288,6 +289,46 @@ select jobs.publish_event(name => 'ev', ttl => interval '7 days') as ev_long \gs
 select jobs_test.advance(interval '1 hour') \g /dev/null
 select is(jobs_test.purged(), '0/0/0/1', 'an event at its expiry goes');
 select is(array(select id from jobs.events), array[:'ev_long'::uuid], 'the other stays');
+
+-- =============================================================================================
+-- one clock reading a call (item 183, R71): every target measures its window from the same
+-- instant, the caller's clock (here the test clock, months behind the server's), never the
+-- server's now(). A target that read now() would delete the rows below that are live on the
+-- caller's clock: all of them are past every window by the server's.
+
+delete from jobs.jobs;
+delete from jobs.steps;
+delete from jobs.events;
+delete from jobs.outbox;
+set local durajobs.now = '2026-03-01 00:00:00+00';
+select jobs_test.finished('done', 'q-clock') as ck_done_old \gset
+select jobs_test.finished('dead', 'q-clock') as ck_dead_old \gset
+select (jobs.outbox_stage(name => 'ob', input => '{}', idempotency_key => 'ck-old',
+                          queue => 'q-clock-ob')).id as ck_ob_old \gset
+select count(*) from jobs.outbox_relay('relay-ck') \g /dev/null
+select jobs.publish_event(name => 'ev', ttl => interval '90 days') as ck_ev_old \gset
+select jobs_test.advance(interval '1 day') \g /dev/null
+select jobs_test.finished('done', 'q-clock') as ck_done_new \gset
+select jobs_test.finished('dead', 'q-clock') as ck_dead_new \gset
+select (jobs.outbox_stage(name => 'ob', input => '{}', idempotency_key => 'ck-new',
+                          queue => 'q-clock-ob')).id as ck_ob_new \gset
+select count(*) from jobs.outbox_relay('relay-ck') \g /dev/null
+select jobs.publish_event(name => 'ev', ttl => interval '90 days') as ck_ev_new \gset
+-- 90 days and 12 hours after the first rows, 89 days and 12 hours after the second
+select set_config('durajobs.now', '2026-05-30 12:00:00+00', true) \g /dev/null
+
+select is(jobs_test.purged(done_after => interval '90 days', ended_after => interval '90 days',
+                           published_after => interval '90 days'),
+          '2/2/1/1', 'one call: each target removes just its row past the window on one clock');
+select ok(not jobs_test.exists(:'ck_done_old') and not jobs_test.exists(:'ck_dead_old')
+          and not exists (select 1 from jobs.outbox where id = :'ck_ob_old')
+          and not exists (select 1 from jobs.events where id = :'ck_ev_old'),
+          'the four rows past the window are gone');
+select ok(jobs_test.exists(:'ck_done_new') and jobs_test.exists(:'ck_dead_new')
+          and jobs_test.steps_of(:'ck_done_new') = 1 and jobs_test.steps_of(:'ck_dead_new') = 1
+          and exists (select 1 from jobs.outbox where id = :'ck_ob_new')
+          and exists (select 1 from jobs.events where id = :'ck_ev_new'),
+          'the rows inside the window on the caller''s clock stay, though the server''s has passed it');
 
 -- =============================================================================================
 -- what a call reads: the done window never walks the failed and dead rows kept for 90 days, and
