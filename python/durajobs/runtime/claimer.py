@@ -6,6 +6,12 @@ proven); a wake, a freed slot or a local timer starts a pass at once. A claim as
 MAX_CLAIM rows; after a full batch, the next claim is sent while its rows are started, their
 slots already counted as taken. Queues are visited in turn, each pass starting after the queue
 the last one ended on.
+
+A busy pass splits its room across the queues with a free slot: each is asked for an even share
+of what is left, a queue with less work leaves the rest to the queues after it, and the queues
+that filled their share are asked again while room is left, so a pass leaves no slot idle that
+some queue has work for. A claim's slots are spoken for from the moment it is sent: a pass and
+the claim sent ahead of it run at once, and neither may take the room the other asked for.
 """
 
 from __future__ import annotations
@@ -93,6 +99,9 @@ class ClaimLoop:
         self._rotation = 0
         # rows claimed but not yet started, by queue: their slots are spoken for
         self._reserved: Counter[str] = Counter()
+        # claims on the wire: the slots they asked for, in all and for each queue they name
+        self._asking = 0
+        self._asking_by_queue: Counter[str] = Counter()
         # the next pass, sent while the rows of the last one are started
         self._ahead: asyncio.Task[int] | None = None
         self._lapsed_scanned: dict[str, float] = {}  # queue -> when its lapsed leases were sought
@@ -172,11 +181,11 @@ class ClaimLoop:
         """Slots free for a claim now."""
         # a finished attempt whose settle waits for a statement still holds its slot, and a
         # claimed row not yet started has its slot already
-        taken = self._runner.taken + self._settler.queued + self._reserved.total()
+        taken = self._runner.taken + self._settler.queued + self._reserved.total() + self._asking
         return max(self._capacity - taken, 0)
 
     def _queue_room(self, queue: str) -> int:
-        taken = self._runner.per_queue[queue] + self._reserved[queue]
+        taken = self._runner.per_queue[queue] + self._reserved[queue] + self._asking_by_queue[queue]
         return max(self._concurrency[queue] - taken, 0)
 
     async def _pass(self) -> int:
@@ -187,23 +196,41 @@ class ClaimLoop:
         open_queues = [q for q in rotated if self._queue_room(q) > 0]
         if not open_queues:
             return 0
-        room = min(room, MAX_CLAIM)
         if self._idle:
             # a first fill from idle: one statement over every queue with a free slot
-            size = min(room, min(self._queue_room(q) for q in open_queues))
+            size = min(room, MAX_CLAIM, min(self._queue_room(q) for q in open_queues))
             got = await self._claim(open_queues, size)
         else:
-            got, left = 0, room
-            for index, queue in enumerate(open_queues):
-                if left <= 0:
-                    break
-                share = min(math.ceil(left / (len(open_queues) - index)), self._queue_room(queue))
-                taken = await self._claim([queue], share)
-                got, left = got + taken, left - taken
+            got = await self._split(open_queues, min(room, MAX_CLAIM))
         self._idle = got == 0
         return got
 
+    async def _split(self, queues: list[str], budget: int) -> int:
+        """Claim up to `budget` rows from `queues` in turn, each asked for an even share of the
+        room left; the queues that filled their share are asked again while room is left (3
+        queues, room 5, work 10, 1, 1: 2, 1, 1, then 1 more from the first). Answer how many
+        started."""
+        got = 0
+        while queues:
+            filled = []
+            for index, queue in enumerate(queues):
+                # read again before each claim: a claim sent ahead may have taken room since
+                left = min(self.room(), budget - got)
+                if left <= 0:
+                    return got
+                share = min(math.ceil(left / (len(queues) - index)), self._queue_room(queue))
+                if share <= 0:
+                    continue
+                taken = await self._claim([queue], share)
+                got += taken
+                if taken == share:
+                    filled.append(queue)
+            queues = filled
+        return got
+
     async def _claim(self, queues: list[str], size: int) -> int:
+        # the room another claim in flight asked for since this one was sized is not this one's
+        size = min(size, self.room(), *(self._queue_room(queue) for queue in queues))
         if size <= 0 or not self.accepting:
             return 0
         dropping = [job.name for job in self._registry.jobs() if not job.retry.dead_letter]
@@ -213,17 +240,26 @@ class ClaimLoop:
             for queue in queues
         )
         try:
-            rows = await self._db.run(
-                calls.claim(
-                    queues,
-                    self._worker_id,
-                    batch_size=size,
-                    visibility=self._visibility,
-                    drop_exhausted=dropping,
-                    recover_lapsed=recover,
-                    for_worker=True,
+            # spoken for while on the wire: a multi-queue claim may take all of them from any
+            # one of its queues
+            self._asking += size
+            self._asking_by_queue.update(dict.fromkeys(queues, size))
+            try:
+                rows = await self._db.run(
+                    calls.claim(
+                        queues,
+                        self._worker_id,
+                        batch_size=size,
+                        visibility=self._visibility,
+                        drop_exhausted=dropping,
+                        recover_lapsed=recover,
+                        for_worker=True,
+                    )
                 )
-            )
+            finally:
+                # no await between here and _take reserving the rows: the slots never read free
+                self._asking -= size
+                self._asking_by_queue.subtract(dict.fromkeys(queues, size))
             # the queue ran dry: a moment to look at the dead entries every claim steps over
             self._upkeep.observe(size, len(rows))
             # a full batch or a burial may have left lapsed rows behind: look again next claim

@@ -912,6 +912,95 @@ def test_a_per_queue_cap_holds_while_the_worker_runs(database_url):
     assert running["most"] == 2
 
 
+def _held_backlog(database_url, work):
+    """A registry with a job on each of queues a, b and c that holds its slot until released,
+    `work` rows enqueued on them in that order; answer the registry, the queues the bodies
+    started on, and the list the release event goes into (made inside the test's loop)."""
+    registry = _registry(database_url)
+    started: list[str] = []
+    release: list[asyncio.Event] = []
+    for queue in ("a", "b", "c"):
+
+        @declare(registry, f"hold-{queue}", input=TimedItem, queue=queue)
+        async def hold(ctx):
+            started.append(ctx.queue)
+            await release[0].wait()
+
+    for queue, count in zip(("a", "b", "c"), work, strict=True):
+        for n in range(count):
+            registry.get(f"hold-{queue}").enqueue({"key": f"{queue}{n}"})
+    return registry, started, release
+
+
+def _first_pass_claims(worker):
+    """Count the rows each claim of the worker's first pass answers: the list they go into."""
+    real_run = worker.db.run
+    answered: list[int] = []
+
+    async def counting(call):
+        first = worker._claims.last_pass is None
+        rows = await real_run(call)
+        if call.function == "jobs.claim_v1" and first:
+            answered.append(len(rows))
+        return rows
+
+    worker.db.run = counting  # type: ignore[method-assign]
+    return answered
+
+
+@pytest.mark.parametrize("rotation", [0, 1, 2])
+@pytest.mark.parametrize("work", [(10, 1, 1), (1, 1, 10), (10, 1, 10), (10, 10, 10)])
+def test_a_pass_asks_again_a_queue_that_filled_its_share(database_url, work, rotation):
+    """F68: room 5 over queues a, b, c is split 2, 2, 1 in the order of the rotation; a queue
+    with less work leaves its rest to the queues after it, and a queue that filled its share is
+    asked again while room is left, so the pass leaves no slot idle. Here a claim sent ahead is
+    already in flight (it would otherwise be the one to ask again): the pass alone fills."""
+    registry, started, release = _held_backlog(database_url, work)
+    worker = Worker(registry, database_url, queues=["a", "b", "c"], max_in_flight=5, listen=False)
+    worker._claims._idle = False  # a busy worker's pass, not the one statement of an idle fill
+    worker._claims._rotation = rotation
+    answered = _first_pass_claims(worker)
+
+    async def scenario():
+        release.append(asyncio.Event())
+        in_flight: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        worker._claims._ahead = in_flight  # type: ignore[assignment]
+        runner = asyncio.ensure_future(worker.run())
+        await eventually(lambda: len(started) == 5, what="five bodies started")
+        in_flight.set_result(0)
+        release[0].set()
+        worker.stop()
+        await runner
+
+    asyncio.run(scenario())
+    assert sum(answered) == 5, answered
+
+
+@pytest.mark.parametrize("work", [(10, 1, 10), (10, 10, 10)])
+def test_a_claim_sent_ahead_never_takes_room_the_pass_asked_for(database_url, work):
+    """A full share sends the next claim ahead while the pass goes on to the next queue: both
+    ask at once, and together they took 8 slots of a worker capped at 5 until a claim's slots
+    were spoken for from the moment it was sent."""
+    registry, started, release = _held_backlog(database_url, work)
+    worker = Worker(registry, database_url, queues=["a", "b", "c"], max_in_flight=5, listen=False)
+    worker._claims._idle = False
+    answered = _first_pass_claims(worker)
+
+    async def scenario():
+        release.append(asyncio.Event())
+        runner = asyncio.ensure_future(worker.run())
+        await eventually(lambda: worker._claims.last_pass is not None, what="the first pass")
+        await asyncio.sleep(0.3)  # later passes would start any body over the cap now
+        count = len(started)
+        release[0].set()
+        worker.stop()
+        await runner
+        return count
+
+    assert asyncio.run(scenario()) == 5
+    assert sum(answered) == 5, answered
+
+
 def test_a_buried_job_is_reported_to_on_settled_once(database_url):
     registry = _registry(database_url)
     settled: list[durajobs.Settled] = []
