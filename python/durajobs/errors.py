@@ -19,6 +19,9 @@ import psycopg
 _BY_CODE: dict[str, type[DurajobsError]] = {}
 _BY_SQLSTATE: dict[str, type[DurajobsError]] = {}
 
+# where each catalogued code has its section, anchored by the code in lower case
+ERRORS_DOC = "docs/errors.md"
+
 CATALOGUE: dict[str, dict[str, str]] = tomllib.loads(
     resources.files("durajobs").joinpath("error_codes.toml").read_text()
 )
@@ -49,24 +52,29 @@ def _fill_from_catalogue(cls: type[DurajobsError]) -> None:
         return  # an application's own error class keeps what it declares
     if entry["class"] != cls.__name__:
         raise ErrorCodeDuplicate(f"{cls.code} belongs to {entry['class']} (error_codes.toml)")
-    if "fix" in cls.__dict__ or "sqlstate" in cls.__dict__:
+    if {"fix", "sqlstate", "when", "docs"} & cls.__dict__.keys():
         raise TypeError(f"{cls.__name__}: its fix and SQLSTATE come from error_codes.toml")
     cls.sqlstate = entry.get("sqlstate")
+    cls.when = entry["when"]
     cls.fix = entry["fix"]
     cls.shell_fix = entry.get("shell_fix")
+    cls.docs = f"{ERRORS_DOC}#{cls.code.lower()}"
 
 
 class DurajobsError(Exception):
-    """Base of every durajobs error; `code` is stable, `fix` says what to do.
+    """Base of every durajobs error; `code` is stable, `fix` is one line to run about it.
 
-    `shell_fix`, where set, is the same advice for a user of the `durajobs` command; it may
-    name fields of the error's detail in braces (`durajobs jobs show {id}`).
+    `when` says in words what raised it, `docs` names its section of docs/errors.md.
+    `shell_fix`, where set, is the line for a user of the `durajobs` command; it may name
+    fields of the error's detail in braces (`durajobs jobs show {id}`).
     """
 
     code: ClassVar[str] = "X_DURAJOBS"
     sqlstate: ClassVar[str | None] = None
+    when: ClassVar[str] = ""
     fix: ClassVar[str] = ""
     shell_fix: ClassVar[str | None] = None
+    docs: ClassVar[str | None] = None
 
     def __init__(
         self, message: str, *, detail: dict[str, Any] | None = None, hint: str | None = None
@@ -319,3 +327,33 @@ def error_codes_sql() -> str:
         if "sqlstate" in entry
     ]
     return "insert into jobs.error_codes (code, sqlstate, fix) values\n" + ",\n".join(rows) + ";\n"
+
+
+def error_codes_markdown() -> str:
+    """docs/errors.md: a section a code, anchored by the code, written from the catalogue."""
+    lines = [
+        "# Error codes",
+        "",
+        "<!-- written by scripts/sync-error-codes from python/durajobs/error_codes.toml;"
+        " edit that file, not this one -->",
+        "",
+        "Every error durajobs raises carries a stable `X_*` code, from SQL (in the message and"
+        " the detail's `code`, with the SQLSTATE below) and from Python (`error.code`, and the"
+        " class below). Its fix is one line to run: the hint of a SQL error, `error.fix` in"
+        " Python, the `fix:` line of the `durajobs` command (which gives the command's own line"
+        " where one is listed). `<placeholders>` are yours to fill; `{fields}` are filled from"
+        " the error's detail.",
+        "",
+        "| Code | SQLSTATE | Python class |",
+        "|---|---|---|",
+    ]
+    for code, entry in sorted(CATALOGUE.items()):
+        sqlstate = f"`{entry['sqlstate']}`" if "sqlstate" in entry else "(Python only)"
+        lines.append(f"| [`{code}`](#{code.lower()}) | {sqlstate} | `durajobs.{entry['class']}` |")
+    for code, entry in sorted(CATALOGUE.items()):
+        raised = f"SQLSTATE `{entry['sqlstate']}`" if "sqlstate" in entry else "Python only"
+        lines += ["", f"### {code}", "", f"{raised}, `durajobs.{entry['class']}`.", ""]
+        lines += [entry["when"], "", "```", entry["fix"], "```"]
+        if "shell_fix" in entry:
+            lines += ["", "From the `durajobs` command:", "", "```", entry["shell_fix"], "```"]
+    return "\n".join(lines) + "\n"

@@ -11,7 +11,7 @@ security definer
 stable
 set search_path = pg_catalog, pg_temp
 as $$
-  select 17
+  select 18
 $$;
 
 -- jobs._now: the one clock every function reads: the transaction's now(). A database whose
@@ -137,45 +137,45 @@ $$;
 -- caller reads in the error's hint.
 insert into jobs.error_codes (code, sqlstate, fix) values
   ('X_ARGUMENT_INVALID', 'JQ001',
-   'pass the argument the error names with a valid value (see docs/sql.md)'),
+   'select pg_get_function_arguments(''jobs.<function>''::regproc)'),
   ('X_JOB_INPUT_INVALID', 'JQ002',
-   'pass input as a JSON object, e.g. input => ''{"user_id": 1}''::jsonb'),
+   'select jobs.enqueue(name => ''<job>'', input => ''{"user_id": 1}''::jsonb, idempotency_key => ''<key>'')'),
   ('X_IDEMPOTENCY_REQUIRED', 'JQ003',
-   'pass idempotency_key => a string that names this unit of work, e.g. ''invoice:42'''),
+   'select jobs.enqueue(name => ''<job>'', input => ''<input>''::jsonb, idempotency_key => ''invoice:42'')'),
   ('X_JOB_DUPLICATE', 'JQ004',
-   'use on_conflict => ''dedupe'' to receive the live job, or wait for it to finish'),
+   'select jobs.enqueue(name => ''<job>'', input => ''<input>''::jsonb, idempotency_key => ''<key>'', on_conflict => ''dedupe'')'),
   ('X_DRIVER_UNAVAILABLE', 'JQ005',
-   'run `durajobs migrate` so the idempotency index exists, then retry'),
+   'durajobs migrate --database-url "$DATABASE_URL"'),
   ('X_JOB_CLAIM_QUEUES_EMPTY', 'JQ006',
-   'pass queues => array[''default''] naming at least one queue'),
+   'select id, name, claim from jobs.claim_v1(queues => array[''default''], worker_id => ''<worker>'')'),
   ('X_JOB_LEASE_LOST', 'JQ007',
-   'stop this attempt: another claim owns the job now and will finish it'),
+   'select jobs.inspect_job(id => ''<id>'')'),
   ('X_JOB_CANCELLED', 'JQ008',
-   'stop this attempt: the job was cancelled (jobs.cancel)'),
+   'select jobs.requeue(id => ''<id>'')'),
   ('X_STEP_DUPLICATE', 'JQ009',
-   'give every step of one run a distinct name'),
+   'await ctx.step.run("<a name no other step of the run has>", <function>)'),
   ('X_JOB_ROW_STATUS_UNKNOWN', 'JQ010',
-   'upgrade durajobs to the release that wrote this status, or run `durajobs migrate`'),
+   'pip install --upgrade durajobs'),
   ('X_JOB_NOT_FOUND', 'JQ011',
-   'check the id: select id, name, state from jobs.jobs where id = ...'),
+   'select id, name, state from jobs.list_jobs(id_prefix => ''<first characters of the id>'')'),
   ('X_JOB_NOT_REQUEUEABLE', 'JQ012',
-   'only a finished job requeues: wait for it, or jobs.cancel(id => ...) it first'),
+   'select jobs.cancel(id => ''<id>'')'),
   ('X_JOB_NOT_CANCELLABLE', 'JQ013',
-   'only a live job cancels; a finished one stays as it ended (jobs.requeue runs it again)'),
+   'select jobs.requeue(id => ''<id>'')'),
   ('X_JOB_PAGE_INVALID', 'JQ014',
-   'pass page_size from 1 to 200, and after or before (not both) with an id a page answered'),
+   'select id, name, state from jobs.list_jobs(page_size => 100, after => ''<last id of the page before>'')'),
   ('X_JOB_NOT_REMOVABLE', 'JQ015',
-   'cancel the running job first (jobs.cancel), then remove it'),
+   'select jobs.cancel(id => ''<id>'')'),
   ('X_JOB_NOT_PROMOTABLE', 'JQ016',
-   'only a delayed job, or a ready one backing off, can be made due now'),
+   'select jobs.inspect_job(id => ''<id>'')'),
   ('X_JOB_TENANT_REQUIRED', 'JQ017',
-   'declare tenant=lambda input: input.org_id, or tenant=''none'' for a job with no tenant; from SQL pass tenant_id => the tenant the job acts for'),
+   'select jobs.enqueue(name => ''<job>'', input => ''<input>''::jsonb, idempotency_key => ''<key>'', tenant_id => ''<tenant>'')'),
   ('X_PERMISSION_DENIED', 'JQ018',
-   'call it as a login granted the role the message names (jobs.grant_roles, docs/operations.md), or as the owner of schema jobs'),
+   'grant durajobs_operator to <login>'),
   ('X_JOB_NOT_DRAINABLE', 'JQ020',
-   'only a live job drains: a finished one stays as it ended (select jobs.requeue(id => ''<job id>'') runs it again)'),
+   'select jobs.requeue(id => ''<id>'')'),
   ('X_JOB_TENANT_MISMATCH', 'JQ019',
-   'act for one tenant: a job''s tenant is the one its input names (as_ an actor of that org), a bound session''s is its own, and a run_id must name a run of that tenant');
+   'select jobs.bound_tenant()');
 
 -- jobs._raise: raise the registered error `code` with its SQLSTATE, a message that starts with
 -- the code, structured detail (a JSON object that always carries the code) and the fix as hint.

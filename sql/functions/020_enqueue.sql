@@ -144,8 +144,7 @@ begin
       format('%s: %stenant_id is required: job %s is declared with a tenant', function_name,
              prefix, _check_enqueue.name),
       jsonb_build_object('function', function_name, 'argument', prefix || 'tenant_id',
-                         'job', _check_enqueue.name),
-      'pass tenant_id => the tenant this job acts for (see jobs.job_types())');
+                         'job', _check_enqueue.name));
   end if;
   perform jobs._check_label(function_name, prefix || 'concurrency_key',
                             _check_enqueue.concurrency_key, required => false);
@@ -382,7 +381,9 @@ begin
             format('id %s already names another job; an id is never reused', enqueue.id),
             jsonb_build_object('reason', 'id_taken', 'existing_id', enqueue.id,
                                'job', enqueue.name, 'idempotency_key', enqueue.idempotency_key),
-            'pass a fresh id, or none and one is made');
+            -- the HINT a caller runs: a fresh id (leaving it out makes one too)
+            'select jobs.enqueue(name => ''<job>'', input => ''<input>''::jsonb, '
+            'idempotency_key => ''<key>'', id => gen_random_uuid())');
         end if;
         if enqueue.on_conflict = 'error' then
           perform jobs._raise(
@@ -834,7 +835,9 @@ begin
              v_duplicate.ord, v_duplicate.id),
       jsonb_build_object('reason', 'id_taken', 'existing_id', v_duplicate.id,
                          'request', v_duplicate.ord),
-      'pass a fresh id, or none and one is made');
+      -- the HINT a caller runs: the request again without its id, so one is made
+      'select id, deduped from jobs.enqueue_many(''[{"name": "<job>", "input": {}, '
+      '"idempotency_key": "<key>"}]''::jsonb)');
   end if;
 
   if cardinality(v_pending) > 0 then

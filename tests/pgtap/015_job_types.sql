@@ -160,8 +160,8 @@ select throws_ok($$select jobs.enqueue(name => 'invoice', input => '{}', idempot
 select is(
   jobs_test.error_hint(
     $$select jobs.enqueue(name => 'invoice', input => '{}', idempotency_key => 'i-3')$$),
-  'pass tenant_id => the tenant this job acts for (see jobs.job_types())',
-  'the refusal''s hint says what to pass');
+  'select jobs.enqueue(name => ''<job>'', input => ''<input>''::jsonb, idempotency_key => ''<key>'', tenant_id => ''<tenant>'')',
+  'the refusal''s hint is the call to run, with tenant_id');
 
 -- ---------------------------------------------------------------------------------------------
 -- jobs.enqueue_many: each request takes its own name's declaration

@@ -462,6 +462,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {error}", file=sys.stderr)
         if error.hint:
             print(f"fix: {error.hint}", file=sys.stderr)
+        if error.docs:
+            print(f"see: {error.docs}", file=sys.stderr)
         return 1
     return status
 

@@ -68,9 +68,9 @@ def test_a_tenant_job_from_sql_without_a_tenant_is_refused_with_the_fix(database
     with pytest.raises(durajobs.JobTenantRequired) as refused:
         client.enqueue("invoice", {"invoice_id": 1, "org_id": "acme"}, "invoice:1")
     assert refused.value.sqlstate == "JQ017"
-    assert (
-        refused.value.hint
-        == "pass tenant_id => the tenant this job acts for (see jobs.job_types())"
+    assert refused.value.hint == (
+        "select jobs.enqueue(name => '<job>', input => '<input>'::jsonb, "
+        "idempotency_key => '<key>', tenant_id => '<tenant>')"
     )
     assert refused.value.detail["job"] == "invoice"
     assert client.list_jobs() == [], "the refusal stored nothing"

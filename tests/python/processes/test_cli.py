@@ -161,7 +161,8 @@ def test_a_real_process_shows_lists_and_refuses(client, database_url):
     missing = _process("jobs", "requeue", str(id), database_url=database_url)
     assert missing.returncode == 1
     assert "error: X_JOB_NOT_FOUND" in missing.stderr
-    assert "fix: check the id" in missing.stderr
+    assert "fix: durajobs jobs list --id-prefix <first characters of the id>" in missing.stderr
+    assert "see: docs/errors.md#x_job_not_found" in missing.stderr
 
     malformed = _process("jobs", "cancel", "not-an-id", database_url=database_url)
     assert malformed.returncode == 2

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import pytest
 
 import durajobs
@@ -10,15 +13,32 @@ from durajobs.errors import (
     CATALOGUE,
     DurajobsError,
     ErrorCodeDuplicate,
+    error_codes_markdown,
     error_codes_sql,
     registered_errors,
 )
+
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def test_the_sql_registry_is_written_from_the_catalogue():
     """scripts/sync-error-codes writes the insert; a hand edit of either copy fails here."""
     source = (package_sql_dir() / "functions" / "010_util.sql").read_text()
     assert error_codes_sql() in source
+
+
+def test_docs_errors_is_written_from_the_catalogue():
+    """scripts/sync-error-codes writes docs/errors.md too; a hand edit fails here."""
+    assert (ROOT / "docs" / "errors.md").read_text() == error_codes_markdown()
+
+
+def test_every_code_has_its_anchor_in_docs_errors():
+    headings = re.findall(r"^### (X_[A-Z_]+)$", (ROOT / "docs" / "errors.md").read_text(), re.M)
+    assert sorted(headings) == sorted(CATALOGUE)
+    for code in CATALOGUE:
+        cls = registered_errors()[code]
+        assert cls.docs == f"docs/errors.md#{code.lower()}"
+        assert cls.when, f"{code} says when it is raised"
 
 
 def test_every_catalogued_code_has_its_class_exported_from_durajobs():
