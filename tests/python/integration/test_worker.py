@@ -1595,6 +1595,56 @@ def test_drain_from_another_thread_interrupts_held_work(database_url):
     ) == [("ready", 0)]
 
 
+@pytest.mark.parametrize("ask", ["stop", "drain"])
+def test_asking_to_stop_returns_at_once_and_run_waits_for_held_work(database_url, ask):
+    """R42: stop() and drain() only ask; neither waits for the work in hand, so a shutdown
+    hook that calls one goes on to the next at once, and it is run() that waits. Here the body
+    holds on (after its cancel, for a drain) until the test lets it go: the call has returned,
+    run() has not, and nothing has settled the job yet."""
+    registry = _registry(database_url)
+    seen: list[str] = []
+    release: list[asyncio.Event] = []
+
+    @declare(registry, "holds-on", input=TimedItem)
+    async def holds_on(ctx):
+        seen.append("started")
+        try:
+            await release[0].wait()
+        except asyncio.CancelledError:
+            seen.append("cancelled")
+            await release[0].wait()  # the body's own cleanup, which the drain lets finish
+            raise
+        seen.append("finished")
+
+    job = holds_on.enqueue({"key": "k"})
+    worker = Worker(registry, database_url, listen=False)
+
+    async def scenario():
+        release.append(asyncio.Event())
+        runner = await _run_until_started(worker, seen)
+        assert getattr(worker, ask)() is None
+        await asyncio.sleep(0.3)  # time for run() to end, were it not waiting for the body
+        assert not runner.done()
+        assert fetch_all(database_url, "select state from jobs.jobs where id = %s", [job.id]) == [
+            ("running",)
+        ]
+        release[0].set()
+        async with asyncio.timeout(10):
+            await runner
+
+    asyncio.run(scenario())
+    if ask == "stop":
+        assert seen == ["started", "finished"]
+        assert fetch_all(database_url, "select state from jobs.jobs where id = %s", [job.id]) == [
+            ("done",)
+        ]
+    else:
+        assert seen == ["started", "cancelled"]
+        assert fetch_all(
+            database_url, "select state, attempt from jobs.jobs where id = %s", [job.id]
+        ) == [("ready", 0)]
+
+
 def test_an_ack_lands_while_claims_and_step_writes_hold_every_pooled_connection(database_url):
     """Renewals and acks have connections of their own: a finished attempt's ack never waits
     behind a pool that claims and step writes have exhausted."""
