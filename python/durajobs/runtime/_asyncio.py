@@ -1,4 +1,9 @@
-"""Stopping a background task for certain.
+"""Background tasks: starting a worker's long-lived parts under supervision, and stopping a
+task for certain.
+
+A part (the lease renewal, the presence beat, the wake, the upkeep) runs as a task of the
+worker's TaskGroup once the worker runs: a part that fails stops the worker instead of leaving
+it claiming with, say, no lease renewed. Outside a running worker a part runs as a loose task.
 
 One cancel is not always enough on Python 3.11: `asyncio.wait_for`, which psycopg_pool uses
 while a caller waits for a pooled connection, drops a cancel that lands in the same loop turn as
@@ -8,9 +13,48 @@ its result, and the task runs on as if never asked to stop.
 from __future__ import annotations
 
 import asyncio
+import logging
+from collections.abc import Callable, Coroutine
 from typing import Any
 
+log = logging.getLogger(__name__)
+
 RECANCEL_SECONDS = 0.1
+
+# how a part starts its task: by its name, for the log of a failure
+Spawn = Callable[[str, Coroutine[Any, Any, None]], "asyncio.Task[None]"]
+
+
+def spawn_loose(part: str, work: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
+    """A part's task outside a running worker: nobody is stopped when it fails."""
+    return asyncio.get_running_loop().create_task(work, name=part)
+
+
+class Supervisor:
+    """Starts parts as tasks of one TaskGroup, so the first that fails cancels the group's body
+    (the worker's claim loop, which then drains) and the worker's run() raises its error."""
+
+    def __init__(self, group: asyncio.TaskGroup, worker_id: str) -> None:
+        self._group = group
+        self._worker_id = worker_id
+
+    def spawn(self, part: str, work: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
+        try:
+            return self._group.create_task(self._watched(part, work), name=part)
+        except RuntimeError:
+            # the group is already stopping (a part failed, or the worker is closing): the
+            # teardown stops this part with the others
+            return spawn_loose(part, work)
+
+    async def _watched(self, part: str, work: Coroutine[Any, Any, None]) -> None:
+        try:
+            await work
+        except Exception as failure:
+            log.error(
+                "jobs.worker.part-failed",
+                extra={"worker": self._worker_id, "part": part, "error": repr(failure)},
+            )
+            raise
 
 
 async def cancel_and_wait(task: asyncio.Future[Any]) -> None:

@@ -26,6 +26,7 @@ from durajobs._db.calls import Call
 from durajobs._values.records import ClaimedJob
 from durajobs._values.states import HeartbeatAnswer
 from durajobs.errors import JobCancelled, JobLeaseLost, JobSlotLost
+from durajobs.runtime._asyncio import Spawn, spawn_loose
 from durajobs.runtime.cancel import CancelSignal
 
 log = logging.getLogger(__name__)
@@ -90,6 +91,7 @@ class LeaseRenewer:
         self._held: dict[HeldLease, None] = {}
         self._changed: asyncio.Event | None = None
         self._task: asyncio.Task[None] | None = None
+        self.spawn: Spawn = spawn_loose  # the worker's supervisor once it runs
 
     def hold(
         self, claimed: ClaimedJob, signal: CancelSignal, *, since: float, limited: bool = False
@@ -99,7 +101,7 @@ class LeaseRenewer:
         self._held[lease] = None
         if self._task is None:
             self._changed = asyncio.Event()
-            self._task = asyncio.get_running_loop().create_task(self._keep())
+            self._task = self.spawn("lease renewal", self._keep())
         elif len(self._held) == 1 and self._changed is not None:
             self._changed.set()  # the round was idle: its next due time starts from this one
         return lease

@@ -19,7 +19,7 @@ from uuid import UUID
 
 from durajobs._db import calls
 from durajobs._db.database import AsyncDatabase
-from durajobs.runtime._asyncio import cancel_and_wait
+from durajobs.runtime._asyncio import Spawn, cancel_and_wait, spawn_loose
 
 log = logging.getLogger(__name__)
 
@@ -47,10 +47,11 @@ class WorkerRegistration:
         self.every = ttl / 2
         self._in_flight = in_flight
         self._task: asyncio.Task[None] | None = None
+        self.spawn: Spawn = spawn_loose  # the worker's supervisor once it runs
 
     async def start(self) -> None:
         await self._announce()
-        self._task = asyncio.get_running_loop().create_task(self._beat())
+        self._task = self.spawn("presence", self._beat())
 
     async def _announce(self) -> None:
         try:

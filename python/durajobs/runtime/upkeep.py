@@ -24,7 +24,7 @@ from typing import Any
 
 import psycopg
 
-from durajobs.runtime._asyncio import cancel_and_wait
+from durajobs.runtime._asyncio import Spawn, cancel_and_wait, spawn_loose
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +53,7 @@ class HotTableUpkeep:
         self.enabled = enabled
         self._last: float | None = None  # time.monotonic() of the last look
         self._task: asyncio.Task[None] | None = None
+        self.spawn: Spawn = spawn_loose  # the worker's supervisor once it runs
         self.vacuums = 0  # vacuums this worker ran to the end
 
     def observe(self, asked: int, got: int) -> None:
@@ -65,7 +66,7 @@ class HotTableUpkeep:
         if self._last is not None and now - self._last < self._interval:
             return
         self._last = now
-        self._task = asyncio.get_running_loop().create_task(self._look())
+        self._task = self.spawn("upkeep", self._look())
 
     async def close(self) -> None:
         """Cut a look or a vacuum in flight: the worker is stopping."""

@@ -17,7 +17,7 @@ from typing import Any
 import psycopg
 
 from durajobs._db import calls
-from durajobs.runtime._asyncio import cancel_and_wait
+from durajobs.runtime._asyncio import Spawn, cancel_and_wait, spawn_loose
 
 log = logging.getLogger(__name__)
 
@@ -54,8 +54,8 @@ class QueueWake:
         self._connection: psycopg.AsyncConnection[Any] | None = None
         self._closing: set[asyncio.Future[None]] = set()  # connections opened after a stop
 
-    def start(self) -> None:
-        self._task = asyncio.get_running_loop().create_task(self._run())
+    def start(self, spawn: Spawn = spawn_loose) -> None:
+        self._task = spawn("wake", self._run())
 
     async def stop(self) -> None:
         if self._task is not None:

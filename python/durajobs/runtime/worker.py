@@ -38,7 +38,7 @@ from durajobs.errors import (
 )
 from durajobs.observe.health import Readiness, judge
 from durajobs.observe.metrics import WorkerMetrics
-from durajobs.runtime._asyncio import CancelWatch
+from durajobs.runtime._asyncio import CancelWatch, Spawn, Supervisor, spawn_loose
 from durajobs.runtime.attempt import Outcome
 from durajobs.runtime.claimer import ClaimLoop, Pacing
 from durajobs.runtime.lease import LeaseRenewer
@@ -148,6 +148,7 @@ class Worker:
         )
         self._listen = listen
         self._wake: QueueWake | None = None
+        self._spawn: Spawn = spawn_loose  # how a part starts: under run()'s supervisor
         # time.monotonic() of the drain (None before one): where its deadline starts
         self._drain_began: float | None = None
         self.abandoned = 0  # attempts left to their lease at the drain deadline
@@ -308,6 +309,31 @@ class Worker:
             for number in (signals.SIGTERM, signals.SIGINT):
                 loop.add_signal_handler(number, self.drain)
         try:
+            # the long-lived parts run in this group: the first that fails cancels the claim
+            # loop, which drains as on SIGTERM, and run() raises that part's error
+            async with asyncio.TaskGroup() as group:
+                self._supervise(Supervisor(group, self.worker_id))
+                await self._run_supervised(cancel, executor, install_signal_handlers)
+        except BaseExceptionGroup as failed:
+            # one error (a part's, or the run's own) is raised as itself, so a caller catches
+            # the exception it knows rather than a group
+            if len(failed.exceptions) == 1:
+                raise failed.exceptions[0] from None
+            raise
+
+    def _supervise(self, supervisor: Supervisor) -> None:
+        """Start the long-lived parts under `supervisor` from now on."""
+        self._spawn = supervisor.spawn
+        self._leases.spawn = supervisor.spawn
+        self.registration.spawn = supervisor.spawn
+        self.upkeep.spawn = supervisor.spawn
+
+    async def _run_supervised(
+        self, cancel: CancelWatch, executor: ThreadPoolExecutor, install_signal_handlers: bool
+    ) -> None:
+        """Open, announce, claim until stopped or cancelled, then give back what was taken."""
+        loop = asyncio.get_running_loop()
+        try:
             await self.db.open()
             await self.settle_db.open()
             self.metrics.join()
@@ -338,7 +364,7 @@ class Worker:
                     self.kick,
                     lambda token: self.db.run(calls.wake_probe(token)),
                 )
-                self._wake.start()
+                self._wake.start(self._spawn)
             log.info(
                 "jobs.worker.started",
                 extra={

@@ -1645,6 +1645,48 @@ def test_asking_to_stop_returns_at_once_and_run_waits_for_held_work(database_url
         ) == [("ready", 0)]
 
 
+@pytest.mark.parametrize(("part", "method"), [("presence", "_beat"), ("lease renewal", "_keep")])
+def test_a_part_that_fails_stops_the_worker_and_gives_held_work_back(database_url, part, method):
+    """The long-lived parts run under one TaskGroup: when one fails (a bug its own loop did not
+    catch), the worker does not claim on without it. The claim loop drains as on SIGTERM (the
+    held attempt is cancelled and handed back uncounted), the registry row goes, and run()
+    raises the part's own error."""
+    registry = _registry(database_url)
+    seen: list[str] = []
+    job = _body_that_notes_its_cancel(registry, "outlives-a-part", seen, attempts=1).enqueue(
+        {"key": "k"}
+    )
+    worker = Worker(registry, database_url, listen=False)
+    owner = worker.registration if part == "presence" else worker._leases
+    broken = RuntimeError(f"the {part} broke")
+    go: list[asyncio.Event] = []
+
+    async def failing() -> None:
+        await go[0].wait()
+        raise broken
+
+    setattr(owner, method, failing)
+
+    async def scenario():
+        go.append(asyncio.Event())
+        runner = await _run_until_started(worker, seen)
+        go[0].set()
+        with pytest.raises(RuntimeError) as raised:
+            async with asyncio.timeout(10):
+                await runner
+        return raised.value
+
+    with recorded("durajobs.runtime._asyncio", "jobs.worker.part-failed") as failed:
+        assert asyncio.run(scenario()) is broken
+    assert [(event["part"], event["error"]) for event in failed] == [(part, repr(broken))]
+    assert seen == ["started", "cancelled"]
+    assert fetch_all(
+        database_url, "select state, attempt from jobs.jobs where id = %s", [job.id]
+    ) == [("ready", 0)]
+    assert fetch_all(database_url, "select count(*) from jobs.workers") == [(0,)]
+    assert worker.db.pool.closed
+
+
 def test_an_ack_lands_while_claims_and_step_writes_hold_every_pooled_connection(database_url):
     """Renewals and acks have connections of their own: a finished attempt's ack never waits
     behind a pool that claims and step writes have exhausted."""
