@@ -31,6 +31,7 @@ from durajobs._values.states import (
     StepStatus,
 )
 from durajobs.client import Client
+from durajobs.declare.export import ExportSink, LocalDirectory, Page
 from durajobs.declare.limits import Concurrency
 from durajobs.declare.registry import Job, Registry, Settled
 from durajobs.declare.retry import ErrorClass, RetryPolicy, register_error_class
@@ -46,6 +47,8 @@ from durajobs.errors import (
     DurajobsError,
     EmbeddedUnavailable,
     ErrorCodeDuplicate,
+    ExportPartTooLarge,
+    ExportRowInvalid,
     IdempotencyRequired,
     Invariant,
     JobCancelled,
@@ -99,6 +102,9 @@ __all__ = [
     "EnqueueResult",
     "ErrorClass",
     "ErrorCodeDuplicate",
+    "ExportPartTooLarge",
+    "ExportRowInvalid",
+    "ExportSink",
     "Fence",
     "HeartbeatAnswer",
     "HorizonHolder",
@@ -130,9 +136,11 @@ __all__ = [
     "JobTenantRequired",
     "JobTimeout",
     "JobType",
+    "LocalDirectory",
     "NackTarget",
     "OutboxNoTransaction",
     "Outcome",
+    "Page",
     "PermissionDenied",
     "QueueStat",
     "Registry",

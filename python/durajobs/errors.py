@@ -307,6 +307,18 @@ class DeclarationInvalid(DurajobsError, ValueError):
     code = "X_JOB_DECLARATION_INVALID"
 
 
+class ExportPartTooLarge(DurajobsError):
+    """A page of an export encoded past max_part_bytes: lower the export's batch."""
+
+    code = "X_EXPORT_PART_TOO_LARGE"
+
+
+class ExportRowInvalid(DurajobsError):
+    """An export's row() answered a key its columns do not name, or a value no cell holds."""
+
+    code = "X_EXPORT_ROW_INVALID"
+
+
 class DatabaseUrlMissing(DurajobsError):
     code = "X_DATABASE_URL_MISSING"
 

@@ -21,6 +21,14 @@ from durajobs._values.durations import Duration, parse_duration
 from durajobs._values.records import Declared, EnqueueResult
 from durajobs.declare.cron import DEFAULT_MAX_CATCH_UP, CatchUp, Entries, Task, declare_task
 from durajobs.declare.enqueue import EnqueueRequest, OnConflict
+from durajobs.declare.export import (
+    DEFAULT_EXPORT_BATCH,
+    DEFAULT_MAX_PART_BYTES,
+    ExportFormat,
+    ExportSink,
+    Page,
+    plan_export,
+)
 from durajobs.declare.limits import Concurrency, Limit, parse_concurrency
 from durajobs.declare.retry import RetryPolicy
 from durajobs.declare.router import Router
@@ -469,6 +477,53 @@ class Registry:
             return declared
 
         return declare
+
+    def export(
+        self,
+        *,
+        name: str,
+        input: type[I],
+        idempotency_key: Callable[[I], str],
+        tenant: Callable[[I], str | None] | Literal["none"],
+        prefix: Callable[[I], str],
+        source: Callable[[I, Page], Sequence[Any] | Awaitable[Sequence[Any]]],
+        key: Callable[[Any], Any],
+        columns: Sequence[str],
+        row: Callable[[Any], dict[str, Any]],
+        sink: Callable[[], ExportSink],
+        format: ExportFormat = "csv",
+        batch: int = DEFAULT_EXPORT_BATCH,
+        max_part_bytes: int = DEFAULT_MAX_PART_BYTES,
+        rate: float | None = None,
+        queue: str = DEFAULT_QUEUE,
+        retry: RetryPolicy | None = None,
+    ) -> Job[I]:
+        """Declare an export: a job that reads `source` a keyset page at a time (`batch` rows
+        after the `key` of the page before's last row), writes each page through `row` as one
+        part under `prefix` (CSV or NDJSON, `columns` in order) to the sink `sink()` answers,
+        then a manifest; each page a durable step (declare.export says why each rule holds)."""
+        export = plan_export(
+            name=name,
+            prefix=prefix,
+            source=source,
+            key=key,
+            columns=columns,
+            row=row,
+            sink=sink,
+            format=format,
+            batch=batch,
+            max_part_bytes=max_part_bytes,
+            rate=rate,
+        )
+        declare = self.job(
+            name=name,
+            input=input,
+            idempotency_key=idempotency_key,
+            tenant=tenant,
+            queue=queue,
+            retry=retry,
+        )
+        return declare(export.run)
 
     def task(
         self,

@@ -57,6 +57,8 @@ for _code, _class in {
     "X_JOB_ROW_STATUS_UNKNOWN": ErrorClass.TERMINAL,
     "X_JOB_DECLARATION_INVALID": ErrorClass.TERMINAL,
     "X_ARGUMENT_INVALID": ErrorClass.TERMINAL,
+    "X_EXPORT_PART_TOO_LARGE": ErrorClass.TERMINAL,
+    "X_EXPORT_ROW_INVALID": ErrorClass.TERMINAL,
     "X_JOB_TIMEOUT": ErrorClass.RETRYABLE,
     "X_TIMEOUT": ErrorClass.RETRYABLE,
     "X_DRAINING": ErrorClass.RETRYABLE,

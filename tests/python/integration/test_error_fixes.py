@@ -42,6 +42,7 @@ SQL_VALUES = {
 # what each call a Python fix makes resolves to, by the dotted name it is written with
 PYTHON_CALLS: dict[str, Callable[..., Any]] = {
     "registry.job": Registry(database_url="postgresql://unused").job,
+    "registry.export": Registry(database_url="postgresql://unused").export,
     "durajobs.Concurrency": durajobs.Concurrency,
     "durajobs.RetryPolicy.of": durajobs.RetryPolicy.of,
     "OutboxRelay": OutboxRelay,
@@ -176,7 +177,8 @@ def test_a_python_fix_parses_and_calls_what_exists_as_it_is_called(code, line):
             positional = [object()] * len(node.args)
             if "self" in signature.parameters:
                 positional.insert(0, object())
-            signature.bind(*positional, **{k.arg: object() for k in node.keywords if k.arg})
+            # partial: a fix names what to change, not every argument a declaration needs
+            signature.bind_partial(*positional, **{k.arg: object() for k in node.keywords if k.arg})
             checked += 1
         elif isinstance(node, ast.Attribute) and _dotted(node) in PYTHON_ATTRIBUTES:
             assert hasattr(PYTHON_ATTRIBUTES[_dotted(node)], node.attr)
