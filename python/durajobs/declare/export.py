@@ -21,6 +21,8 @@ The rules, each with its reason:
   build its storage client after its jobs are declared;
 - `rate` (pages a second) has no default, and its pause is spent inside the page's step, so a
   resumed run pays none for the pages it replays.
+- `source` and the sink's `put` may block (a plain function runs in a thread) or be async;
+  `row` runs on the event loop, once a row, and must be a quick function of the row alone.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ import asyncio
 import functools
 import inspect
 import json
+import math
 import os
 import tempfile
 from collections.abc import Awaitable, Callable, Sequence
@@ -72,6 +75,7 @@ FORMATS: tuple[ExportFormat, ...] = ("csv", "ndjson")
 DEFAULT_EXPORT_BATCH = 1000
 MOST_BATCH = 100_000
 DEFAULT_MAX_PART_BYTES = 64 * 1024 * 1024
+PART_MODE = 0o644  # what LocalDirectory gives a part, as a file written with open() would be
 # the leading characters a spreadsheet reads as the start of a formula
 FORMULA_LEADS = ("=", "+", "-", "@", "\t", "\r")
 # what a cell may hold: row() formats anything else (a date with its zone, money with its
@@ -103,14 +107,18 @@ class LocalDirectory:
         self.root = Path(root)
 
     def put(self, key: str, data: bytes) -> None:
+        root = self.root.resolve()
         target = (self.root / key).resolve()
-        if not target.is_relative_to(self.root.resolve()):
+        if target == root or not target.is_relative_to(root):
             raise ArgumentInvalid(
                 f"export key {key!r} leaves the sink's directory", detail={"key": key}
             )
         target.parent.mkdir(parents=True, exist_ok=True)
         handle, temporary = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.")
         try:
+            # mkstemp makes the file readable by its owner alone; a part is for whoever reads
+            # the directory
+            os.fchmod(handle, PART_MODE)
             with os.fdopen(handle, "wb") as file:
                 file.write(data)
             os.replace(temporary, target)
@@ -171,7 +179,9 @@ class Export(Generic[I]):
             done = await ctx.step.run(f"page-{index:05d}", page)
             after, rows = done["cursor"], rows + done["rows"]
             parts += 1 if done["bytes"] else 0
-            if done["rows"] < self.batch:
+            # as the page found it, not by today's batch: a deploy that changed the batch must
+            # not take a replayed full page for the last one and end the export short
+            if done["last"]:
                 break
             index += 1
         manifest = functools.partial(self._manifest, prefix, parts, rows)
@@ -189,10 +199,12 @@ class Export(Generic[I]):
                 f"{self.batch}",
                 detail={"export": self.name, "field": "source"},
             )
-        if not fetched and index > 0:
-            # the pages before ended on a full batch and this one found nothing: no part
-            return {"cursor": after, "rows": 0, "bytes": 0}
+        last = len(fetched) < self.batch
         data = self._encode(fetched, header=index == 0)
+        if not data:
+            # nothing to write (the pages before ended on a full batch and this one found
+            # nothing, or an NDJSON export of no rows): no part
+            return {"cursor": after, "rows": 0, "bytes": 0, "last": last}
         if len(data) > self.max_part_bytes:
             raise ExportPartTooLarge(
                 f"export {self.name}: page {index} encodes to {len(data)} bytes, past "
@@ -202,7 +214,7 @@ class Export(Generic[I]):
         sink = self.sink()  # asked on each write, never at declaration
         await _call(sink.put, part_key(prefix, index, self.format), data)
         cursor = self.key(fetched[-1]) if fetched else after
-        return {"cursor": cursor, "rows": len(fetched), "bytes": len(data)}
+        return {"cursor": cursor, "rows": len(fetched), "bytes": len(data), "last": last}
 
     async def _manifest(self, prefix: str, parts: int, rows: int) -> dict[str, int]:
         document = {
@@ -230,10 +242,10 @@ class Export(Generic[I]):
             )
         cells = [mapped.get(column) for column in self.columns]
         for column, cell in zip(self.columns, cells, strict=True):
-            if not isinstance(cell, Cell):
+            if not isinstance(cell, Cell) or (isinstance(cell, float) and not math.isfinite(cell)):
                 raise ExportRowInvalid(
-                    f"export {self.name}: column {column} holds a {type(cell).__name__}; "
-                    "format it in row() as text or a number",
+                    f"export {self.name}: column {column} holds {cell!r:.40}; format it in row() "
+                    "as text, a finite number, a boolean or None",
                     detail={"export": self.name, "column": column},
                 )
         return cells

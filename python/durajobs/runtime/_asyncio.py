@@ -2,8 +2,9 @@
 task for certain.
 
 A part (the lease renewal, the presence beat, the wake, the upkeep) runs as a task of the
-worker's TaskGroup once the worker runs: a part that fails stops the worker instead of leaving
-it claiming with, say, no lease renewed. Outside a running worker a part runs as a loose task.
+worker's TaskGroup once the worker runs: a part that fails drains the worker and makes its run()
+raise, instead of leaving it claiming with, say, no lease renewed. Outside a running worker a
+part runs as a loose task.
 
 One cancel is not always enough on Python 3.11: `asyncio.wait_for`, which psycopg_pool uses
 while a caller waits for a pooled connection, drops a cancel that lands in the same loop turn as
@@ -31,19 +32,28 @@ def spawn_loose(part: str, work: Coroutine[Any, Any, None]) -> asyncio.Task[None
 
 
 class Supervisor:
-    """Starts parts as tasks of one TaskGroup, so the first that fails cancels the group's body
-    (the worker's claim loop, which then drains) and the worker's run() raises its error."""
+    """Starts parts as tasks of one TaskGroup, so none outlives the worker's run(). The first
+    part that fails is kept and `on_failure` is called (the worker drains, as on SIGTERM); the
+    group is not aborted, which would cancel every other part at once, the lease renewal among
+    them, while the drain still waits for held attempts. run() raises the kept error once its
+    teardown is done."""
 
-    def __init__(self, group: asyncio.TaskGroup, worker_id: str) -> None:
+    def __init__(
+        self, group: asyncio.TaskGroup, worker_id: str, on_failure: Callable[[], None]
+    ) -> None:
         self._group = group
         self._worker_id = worker_id
+        self._on_failure = on_failure
+        self.failure: Exception | None = None
 
     def spawn(self, part: str, work: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
+        watched = self._watched(part, work)
         try:
-            return self._group.create_task(self._watched(part, work), name=part)
+            return self._group.create_task(watched, name=part)
         except RuntimeError:
-            # the group is already stopping (a part failed, or the worker is closing): the
-            # teardown stops this part with the others
+            # the group is already closing (the worker is stopping): the teardown stops this
+            # part with the others
+            watched.close()
             return spawn_loose(part, work)
 
     async def _watched(self, part: str, work: Coroutine[Any, Any, None]) -> None:
@@ -54,7 +64,9 @@ class Supervisor:
                 "jobs.worker.part-failed",
                 extra={"worker": self._worker_id, "part": part, "error": repr(failure)},
             )
-            raise
+            if self.failure is None:
+                self.failure = failure
+                self._on_failure()
 
 
 async def cancel_and_wait(task: asyncio.Future[Any]) -> None:

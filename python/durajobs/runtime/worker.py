@@ -308,18 +308,22 @@ class Worker:
         if install_signal_handlers:
             for number in (signals.SIGTERM, signals.SIGINT):
                 loop.add_signal_handler(number, self.drain)
+        # the long-lived parts run in this group, so none outlives run(); the first that
+        # fails drains the worker as SIGTERM would, and run() raises its error at the end
+        supervisor: Supervisor | None = None
         try:
-            # the long-lived parts run in this group: the first that fails cancels the claim
-            # loop, which drains as on SIGTERM, and run() raises that part's error
             async with asyncio.TaskGroup() as group:
-                self._supervise(Supervisor(group, self.worker_id))
+                supervisor = Supervisor(group, self.worker_id, on_failure=self.drain)
+                self._supervise(supervisor)
                 await self._run_supervised(cancel, executor, install_signal_handlers)
         except BaseExceptionGroup as failed:
-            # one error (a part's, or the run's own) is raised as itself, so a caller catches
+            # the run's own error, wrapped by the group: raised as itself, so a caller catches
             # the exception it knows rather than a group
             if len(failed.exceptions) == 1:
                 raise failed.exceptions[0] from None
             raise
+        if supervisor is not None and supervisor.failure is not None:
+            raise supervisor.failure
 
     def _supervise(self, supervisor: Supervisor) -> None:
         """Start the long-lived parts under `supervisor` from now on."""

@@ -197,6 +197,68 @@ def test_a_cell_with_a_comma_quote_or_line_break_reads_back_as_written(database_
     assert [row[1] for row in read] == names
 
 
+def test_an_empty_ndjson_export_writes_no_part_and_a_manifest_of_none(database_url, tmp_path):
+    _fill(database_url, [])
+    registry, _job = _declare(database_url, tmp_path, format="ndjson")
+    assert _run(database_url, registry) == ("done", None)
+    assert _parts(tmp_path) == []
+    assert _manifest(tmp_path) == {"columns": COLUMNS, "format": "ndjson", "parts": 0, "rows": 0}
+
+
+def test_a_batch_changed_by_a_deploy_mid_export_does_not_end_it_short(database_url, tmp_path):
+    """A page stores whether it was the last as it found it: a retry under a larger batch
+    replays the full pages before and goes on, rather than taking them for the end."""
+    _fill(database_url, ROWS)
+    source = Source(database_url, fail_after=6)
+    # a retry half a second away: the first worker stops before it, the redeployed one runs it
+    slow_retry = RetryPolicy.of(attempts=3, delay=timedelta(milliseconds=500), jitter=False)
+    registry, _job = _declare(database_url, tmp_path, source=source, retry=slow_retry)
+    job = registry.get("items.export")
+    assert job is not None
+    enqueued = job.enqueue({"export_id": "e1"})
+    worker = Worker(
+        registry,
+        database_url,
+        listen=False,
+        poll_floor=timedelta(milliseconds=10),
+        idle_ceiling=timedelta(milliseconds=20),
+    )
+    # the first attempt: pages 0 and 1 stored, page 2 failed and waits for its retry
+    asyncio.run(run_until(worker, lambda: source.asked.count(6) == 1 and len(source.asked) == 3))
+    resumed = Source(database_url)
+    redeployed, _job = _declare(database_url, tmp_path, source=resumed, batch=5)
+    worker = Worker(
+        redeployed,
+        database_url,
+        listen=False,
+        poll_floor=timedelta(milliseconds=10),
+        idle_ceiling=timedelta(milliseconds=20),
+    )
+
+    def ended() -> bool:
+        rows = fetch_all(database_url, "select state from jobs.jobs where id = %s", [enqueued.id])
+        return rows[0][0] in ("done", "dead", "failed")
+
+    asyncio.run(run_until(worker, ended))
+    assert resumed.asked == [6]  # pages 0 and 1 replayed from their steps, page 2 read anew
+    assert _manifest(tmp_path)["rows"] == 7
+    whole = "".join(p.read_text() for p in _parts(tmp_path))
+    assert len(list(csv.reader(io.StringIO(whole)))) == 8  # the header and every row
+
+
+def test_a_float_that_is_not_finite_is_refused(database_url, tmp_path):
+    _fill(database_url, ROWS[:1])
+    registry, _job = _declare(
+        database_url,
+        tmp_path,
+        format="ndjson",
+        row=lambda row: {"id": row[0], "name": row[1], "amount": float("nan")},
+    )
+    state, error = _run(database_url, registry)
+    assert state == "dead"
+    assert error.startswith("X_EXPORT_ROW_INVALID")
+
+
 def test_ndjson_writes_one_object_a_line_in_column_order(database_url, tmp_path):
     _fill(database_url, ROWS[:4])
     registry, _job = _declare(database_url, tmp_path, format="ndjson")
@@ -267,9 +329,9 @@ def test_a_step_keeps_the_cursor_and_two_counts_never_the_rows(database_url, tmp
     )
     sizes = [p.stat().st_size for p in _parts(tmp_path)]
     assert [(name, output) for name, output in outputs] == [
-        ("page-00000", {"cursor": 3, "rows": 3, "bytes": sizes[0]}),
-        ("page-00001", {"cursor": 6, "rows": 3, "bytes": sizes[1]}),
-        ("page-00002", {"cursor": 7, "rows": 1, "bytes": sizes[2]}),
+        ("page-00000", {"cursor": 3, "rows": 3, "bytes": sizes[0], "last": False}),
+        ("page-00001", {"cursor": 6, "rows": 3, "bytes": sizes[1], "last": False}),
+        ("page-00002", {"cursor": 7, "rows": 1, "bytes": sizes[2], "last": True}),
     ]
 
 
@@ -321,7 +383,15 @@ def test_a_declaration_that_cannot_hold_is_refused(database_url, tmp_path, field
     assert refused.value.detail["field"] == field
 
 
-def test_the_local_directory_refuses_a_key_outside_it(tmp_path):
+@pytest.mark.parametrize("key", ["../escape.csv", "x/..", "/etc/escape.csv"])
+def test_the_local_directory_refuses_a_key_outside_it(tmp_path, key):
     with pytest.raises(durajobs.ArgumentInvalid):
-        durajobs.LocalDirectory(tmp_path / "root").put("../escape.csv", b"x")
-    assert not (tmp_path / "escape.csv").exists()
+        durajobs.LocalDirectory(tmp_path / "root").put(key, b"x")
+    assert list(tmp_path.rglob("*")) == []
+
+
+def test_the_local_directory_writes_a_part_readable_by_others(tmp_path):
+    durajobs.LocalDirectory(tmp_path).put("a/part-00000.csv", b"id\n")
+    written = tmp_path / "a" / "part-00000.csv"
+    assert written.read_bytes() == b"id\n"
+    assert written.stat().st_mode & 0o777 == 0o644

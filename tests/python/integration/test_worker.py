@@ -1648,14 +1648,25 @@ def test_asking_to_stop_returns_at_once_and_run_waits_for_held_work(database_url
 @pytest.mark.parametrize(("part", "method"), [("presence", "_beat"), ("lease renewal", "_keep")])
 def test_a_part_that_fails_stops_the_worker_and_gives_held_work_back(database_url, part, method):
     """The long-lived parts run under one TaskGroup: when one fails (a bug its own loop did not
-    catch), the worker does not claim on without it. The claim loop drains as on SIGTERM (the
-    held attempt is cancelled and handed back uncounted), the registry row goes, and run()
-    raises the part's own error."""
+    catch), the worker does not claim on without it. It drains as on SIGTERM (the held attempt
+    is cancelled and handed back uncounted) while the other parts run on, the registry row
+    goes, and run() raises the part's own error."""
     registry = _registry(database_url)
     seen: list[str] = []
-    job = _body_that_notes_its_cancel(registry, "outlives-a-part", seen, attempts=1).enqueue(
-        {"key": "k"}
-    )
+    renewing: list[bool] = []  # whether the lease renewal still ran when the drain cancelled
+
+    @declare(registry, "outlives-a-part", input=TimedItem, retry=RetryPolicy.of(attempts=1))
+    async def body(ctx):
+        seen.append("started")
+        try:
+            await asyncio.sleep(30)
+        except asyncio.CancelledError:
+            seen.append("cancelled")
+            task = worker._leases._task
+            renewing.append(task is not None and not task.done())
+            raise
+
+    job = body.enqueue({"key": "k"})
     worker = Worker(registry, database_url, listen=False)
     owner = worker.registration if part == "presence" else worker._leases
     broken = RuntimeError(f"the {part} broke")
@@ -1680,6 +1691,8 @@ def test_a_part_that_fails_stops_the_worker_and_gives_held_work_back(database_ur
         assert asyncio.run(scenario()) is broken
     assert [(event["part"], event["error"]) for event in failed] == [(part, repr(broken))]
     assert seen == ["started", "cancelled"]
+    # the other parts run on through the drain: a held attempt keeps its lease renewed
+    assert renewing == [part != "lease renewal"]
     assert fetch_all(
         database_url, "select state, attempt from jobs.jobs where id = %s", [job.id]
     ) == [("ready", 0)]
