@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 
+from durajobs import webhooks
 from durajobs._db import calls
 from durajobs._db.execute import SCHEMA_VERSION, check_schema, execute, execute_async
 from durajobs._db.migrations import downgrade, migrate
@@ -78,6 +79,7 @@ from durajobs.errors import (
     StepDuplicate,
     StepOutputInvalid,
     TenancyActorOrgRequired,
+    WebhookEventInvalid,
 )
 from durajobs.runtime.attempt import JobContext, JobExecution, Outcome, SyncJobContext
 from durajobs.runtime.worker import Worker
@@ -154,6 +156,7 @@ __all__ = [
     "StepStatus",
     "SyncJobContext",
     "TenancyActorOrgRequired",
+    "WebhookEventInvalid",
     "Worker",
     "calls",
     "check_schema",
@@ -164,6 +167,7 @@ __all__ = [
     "in_transaction",
     "migrate",
     "register_error_class",
+    "webhooks",
 ]
 
 # a library logs, the application decides where to: nothing reaches stderr unless configured

@@ -319,6 +319,12 @@ class ExportRowInvalid(DurajobsError):
     code = "X_EXPORT_ROW_INVALID"
 
 
+class WebhookEventInvalid(DurajobsError, ValueError):
+    """A webhook's event id or topic cannot be signed unambiguously."""
+
+    code = "X_WEBHOOK_EVENT_INVALID"
+
+
 class DatabaseUrlMissing(DurajobsError):
     code = "X_DATABASE_URL_MISSING"
 

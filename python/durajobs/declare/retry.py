@@ -59,6 +59,7 @@ for _code, _class in {
     "X_ARGUMENT_INVALID": ErrorClass.TERMINAL,
     "X_EXPORT_PART_TOO_LARGE": ErrorClass.TERMINAL,
     "X_EXPORT_ROW_INVALID": ErrorClass.TERMINAL,
+    "X_WEBHOOK_EVENT_INVALID": ErrorClass.TERMINAL,
     "X_JOB_TIMEOUT": ErrorClass.RETRYABLE,
     "X_TIMEOUT": ErrorClass.RETRYABLE,
     "X_DRAINING": ErrorClass.RETRYABLE,

@@ -22,6 +22,7 @@ import psycopg
 import pytest
 
 import durajobs
+import durajobs.webhooks
 from durajobs.cli.commands import _parser
 from durajobs.declare.registry import Job, Registry
 from durajobs.errors import CATALOGUE
@@ -49,6 +50,7 @@ PYTHON_CALLS: dict[str, Callable[..., Any]] = {
     "job.enqueue": Job.enqueue,
     "ctx.step.run": AsyncSteps.run,
     "json.dumps": json.dumps,
+    "durajobs.webhooks.signed_headers": durajobs.webhooks.signed_headers,
 }
 PYTHON_ATTRIBUTES = {"ctx.cancelled": JobContext}
 
