@@ -32,13 +32,22 @@ from durajobs._values.states import (
     StepStatus,
 )
 from durajobs.client import Client
+from durajobs.declare.backfill import BackfillInput
 from durajobs.declare.export import ExportSink, LocalDirectory, Page
 from durajobs.declare.limits import Concurrency
 from durajobs.declare.registry import Job, Registry, Settled
 from durajobs.declare.retry import ErrorClass, RetryPolicy, register_error_class
+from durajobs.declare.webhook import WebhookEndpoint, WebhookEvent
 from durajobs.errors import (
     Aborted,
     ArgumentInvalid,
+    BackfillApplied,
+    BackfillEnvironment,
+    BackfillMigrationPending,
+    BackfillPending,
+    BackfillRunning,
+    BackfillStalled,
+    BackfillUnknown,
     ClaimQueuesEmpty,
     ConfigInvalid,
     DatabaseUrlMissing,
@@ -79,15 +88,31 @@ from durajobs.errors import (
     StepDuplicate,
     StepOutputInvalid,
     TenancyActorOrgRequired,
+    WebhookDeliveryFailed,
+    WebhookDeliveryRejected,
+    WebhookDeliveryThrottled,
+    WebhookEndpointDisabled,
+    WebhookEndpointInvalid,
+    WebhookEndpointUnknown,
     WebhookEventInvalid,
 )
 from durajobs.runtime.attempt import JobContext, JobExecution, Outcome, SyncJobContext
+from durajobs.runtime.cancel import CancelSignal
 from durajobs.runtime.worker import Worker
 
 __all__ = [
     "SCHEMA_VERSION",
     "Aborted",
     "ArgumentInvalid",
+    "BackfillApplied",
+    "BackfillEnvironment",
+    "BackfillInput",
+    "BackfillMigrationPending",
+    "BackfillPending",
+    "BackfillRunning",
+    "BackfillStalled",
+    "BackfillUnknown",
+    "CancelSignal",
     "ClaimQueuesEmpty",
     "ClaimedJob",
     "Client",
@@ -156,6 +181,14 @@ __all__ = [
     "StepStatus",
     "SyncJobContext",
     "TenancyActorOrgRequired",
+    "WebhookDeliveryFailed",
+    "WebhookDeliveryRejected",
+    "WebhookDeliveryThrottled",
+    "WebhookEndpoint",
+    "WebhookEndpointDisabled",
+    "WebhookEndpointInvalid",
+    "WebhookEndpointUnknown",
+    "WebhookEvent",
     "WebhookEventInvalid",
     "Worker",
     "calls",

@@ -325,6 +325,95 @@ class WebhookEventInvalid(DurajobsError, ValueError):
     code = "X_WEBHOOK_EVENT_INVALID"
 
 
+class BackfillPending(DurajobsError):
+    """A declared backfill is not swept in this environment: a deploy gate stops here."""
+
+    code = "X_BACKFILL_PENDING"
+
+
+class BackfillApplied(DurajobsError):
+    """A backfill's pass completed already: only --force runs it again."""
+
+    code = "X_BACKFILL_APPLIED"
+
+
+class BackfillRunning(DurajobsError):
+    """A pass of the backfill is live: it is the pass; wait for it."""
+
+    code = "X_BACKFILL_RUNNING"
+
+
+class BackfillUnknown(DurajobsError):
+    """No backfill of that name is declared in the registry."""
+
+    code = "X_BACKFILL_UNKNOWN"
+
+
+class BackfillStalled(DurajobsError):
+    """The source ran out while the backfill's count still found rows to do."""
+
+    code = "X_BACKFILL_STALLED"
+
+
+class BackfillEnvironment(DurajobsError):
+    """The backfill does not run in this environment."""
+
+    code = "X_BACKFILL_ENVIRONMENT"
+
+
+class BackfillMigrationPending(DurajobsError):
+    """The application's migration a backfill requires is not applied."""
+
+    code = "X_BACKFILL_MIGRATION_PENDING"
+
+
+class WebhookDeliveryFailed(DurajobsError):
+    """The endpoint answered 5xx, or the request failed on the network: retried."""
+
+    code = "X_WEBHOOK_DELIVERY_FAILED"
+
+
+class WebhookDeliveryRejected(DurajobsError):
+    """The endpoint answered 4xx (or a redirect): the delivery ends dead."""
+
+    code = "X_WEBHOOK_DELIVERY_REJECTED"
+
+
+class WebhookDeliveryThrottled(DurajobsError):
+    """The endpoint asked for time (429, or 503 with Retry-After): retried when it said."""
+
+    code = "X_WEBHOOK_DELIVERY_THROTTLED"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        retry_after: float | None,
+        detail: dict[str, Any] | None = None,
+        hint: str | None = None,
+    ) -> None:
+        super().__init__(message, detail=detail, hint=hint)
+        self.retry_after = retry_after  # seconds, read by the retry policy; None: its backoff
+
+
+class WebhookEndpointDisabled(DurajobsError):
+    """The endpoint was disabled after consecutive failures: no request is sent."""
+
+    code = "X_WEBHOOK_ENDPOINT_DISABLED"
+
+
+class WebhookEndpointInvalid(DurajobsError):
+    """The application's endpoint lookup answered something no request can go to."""
+
+    code = "X_WEBHOOK_ENDPOINT_INVALID"
+
+
+class WebhookEndpointUnknown(DurajobsError):
+    """The application's endpoint lookup knows no endpoint of that id."""
+
+    code = "X_WEBHOOK_ENDPOINT_UNKNOWN"
+
+
 class DatabaseUrlMissing(DurajobsError):
     code = "X_DATABASE_URL_MISSING"
 

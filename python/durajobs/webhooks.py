@@ -29,7 +29,7 @@ SCHEME = "v1"
 DEFAULT_TOLERANCE = 300  # seconds a receiver accepts a signature for, either side of its clock
 
 
-def _check_label(field: str, value: str) -> None:
+def check_label(field: str, value: str) -> None:
     if not isinstance(value, str) or not value or ":" in value or value != value.strip():
         raise WebhookEventInvalid(
             f"a webhook {field} must be non-blank text without ':' or surrounding space, "
@@ -40,8 +40,8 @@ def _check_label(field: str, value: str) -> None:
 
 def signature(secret: str | bytes, event_id: str, topic: str, body: bytes, at: int) -> str:
     """The signature header's value for `body` sent at unix second `at`."""
-    _check_label("event_id", event_id)
-    _check_label("topic", topic)
+    check_label("event_id", event_id)
+    check_label("topic", topic)
     key = secret.encode() if isinstance(secret, str) else secret
     signed = f"{SCHEME}:{at}:{event_id}:{topic}:".encode() + body
     digest = hmac.new(key, signed, hashlib.sha256).hexdigest()

@@ -233,7 +233,8 @@ begin
                  'jobs.queue_pauses, jobs.outbox, jobs.events, jobs.workers, '
                  'jobs.counter_buckets, jobs.declarations, jobs.limit_rules, '
                  'jobs.scheduler_tasks, jobs.scheduler_leases, jobs.error_codes, '
-                 'jobs.size_limits, jobs.roles to %I', grant_roles.operator);
+                 'jobs.size_limits, jobs.roles, jobs.backfills, jobs.webhook_endpoints, '
+                 'jobs.webhook_attempts to %I', grant_roles.operator);
 
   -- the checks read the names as constants of this function
   execute format(

@@ -3,7 +3,7 @@
 -- batch a call), the steps of runs no row is left of, published outbox rows and expired events.
 --
 -- Tables: jobs.jobs_history (drop of day partitions, delete), jobs.steps, jobs.outbox,
--- jobs.events (delete), jobs.purge_cursor (where the orphan-step sweep stopped). Also here: how a run's rows are found (the run_shared indexes,
+-- jobs.events, jobs.limit_starts, jobs.webhook_attempts (delete), jobs.purge_cursor (where the orphan-step sweep stopped). Also here: how a run's rows are found (the run_shared indexes,
 -- jobs._run_stands, used by jobs.remove and jobs.remove_many too); the default run_id of
 -- jobs.enqueue, jobs.enqueue_many and jobs.outbox_stage is the job's own id, which keeps those
 -- indexes small (the functions themselves stay in their files).
@@ -163,8 +163,10 @@ $$;
 -- finished more than ended_after ago (a batch); the steps of the runs whose last row went;
 -- outbox rows published more than published_after ago; events past their expiry; and the
 -- steps of the next batch_size runs of jobs.steps (from where the last call stopped) that have
--- no row left at all (the orphan sweep). Also makes the day partitions of the next days
--- (jobs.prepare_history).
+-- no row left at all (the orphan sweep). Also removes, uncounted in the answer, a batch of the
+-- starts a rate limit counted that are past their rule's window (jobs.limit_starts) and a batch
+-- of webhook attempts recorded more than ended_after ago (jobs.webhook_attempts); and makes the
+-- day partitions of the next days (jobs.prepare_history).
 -- Never a live job (ready, delayed, running, suspended), never an unpublished outbox row, and
 -- never a finished job that an unpublished outbox row of this database names (its relay
 -- published it and stopped before marking the row: the job must stay to meet the next publish,
@@ -302,6 +304,27 @@ begin
     returning 1
   )
   select count(*) into v_events from gone;
+
+  -- the starts a rate counts, past their rule's window: the claim prunes only the groups it
+  -- looks at, so a tenant that stopped enqueuing would keep its rows for ever
+  delete from jobs.limit_starts s
+   where s.ctid = any(array(
+           select x.ctid
+             from jobs.limit_starts x
+             join jobs.limit_rules r on r.id = x.rule_id
+            where x.started_at <= v_now - r.per
+            limit purge.batch_size));
+
+  -- the webhook deliveries' attempts, kept as long as an ended job
+  delete from jobs.webhook_attempts a
+   where a.id in (
+     select w.id
+       from jobs.webhook_attempts w
+      where w.at < v_now - purge.ended_after
+      order by w.at, w.id
+      limit purge.batch_size
+        for update skip locked
+   );
 
   -- the orphan sweep: steps whose run has no row left (two purges that split a run under an
   -- older revision, a row deleted by hand). Each call examines the next batch_size runs of

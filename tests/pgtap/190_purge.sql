@@ -6,7 +6,7 @@
 -- target of a call.
 begin;
 \ir fixtures/factory.sql
-select plan(90);
+select plan(94);
 
 -- local helpers (in jobs_test, so the rollback removes them) ----------------------------------
 
@@ -476,6 +476,29 @@ select is((select indexdef from pg_indexes where indexname = 'jobs_run_shared_id
 select is((select indexdef from pg_indexes where indexname = 'jobs_history_run_shared_idx'),
           'CREATE INDEX jobs_history_run_shared_idx ON ONLY jobs.jobs_history USING btree (run_id) WHERE (run_id <> id)',
           'the finished jobs continuing another''s run, by run');
+
+-- R104: the starts a rate counted for tenants that went quiet are swept past their window, and
+-- webhook attempts past ended_after; nothing newer
+select jobs.set_limit(every_tenant => true, rate => 5, per => interval '1 minute');
+select id as rate_rule from jobs.limit_rules where every_tenant and rate = 5 \gset
+insert into jobs.limit_starts (rule_id, tenant_id, started_at)
+select :rate_rule, 't' || g, jobs._now() - interval '2 minutes' from generate_series(1, 30) g;
+insert into jobs.limit_starts (rule_id, tenant_id, started_at)
+values (:rate_rule, 'recent', jobs._now() - interval '10 seconds');
+insert into jobs.webhook_attempts (webhook, endpoint_id, event_id, topic, job_id, attempt, outcome,
+                                   at)
+values ('h', 'ep', 'old', 't', gen_random_uuid(), 1, 'failed', jobs._now() - interval '91 days'),
+       ('h', 'ep', 'new', 't', gen_random_uuid(), 1, 'delivered', jobs._now() - interval '1 day');
+select jobs.purge(batch_size => 20);
+select is((select count(*)::int from jobs.limit_starts where rule_id = :rate_rule), 11,
+          'a purge sweeps a batch of the starts past their rule''s window');
+select jobs.purge(batch_size => 20);
+select is(array(select tenant_id from jobs.limit_starts where rule_id = :rate_rule), array['recent'],
+          'the next sweeps the rest, never a start inside the window');
+select is(array(select event_id from jobs.webhook_attempts where webhook = 'h'), array['new'],
+          'webhook attempts go after ended_after, the newer stay');
+select is((select count(*)::int from jobs.limit_rules where id = :rate_rule), 1,
+          'the rule itself stays');
 
 select * from finish();
 rollback;

@@ -17,6 +17,8 @@ from uuid import UUID
 from psycopg.types.json import Jsonb
 
 from durajobs._values.records import (
+    BackfillPass,
+    BackfillStart,
     BulkResult,
     ClaimedJob,
     CounterRow,
@@ -39,6 +41,10 @@ from durajobs._values.records import (
     SettleResult,
     StepRecord,
     TaskState,
+    WebhookAttempt,
+    WebhookCheck,
+    WebhookEndpoint,
+    WebhookRecorded,
     WorkerRecord,
 )
 from durajobs._values.states import HeartbeatAnswer, NackTarget, StepStatus, narrow
@@ -833,3 +839,105 @@ def clear_limit(
 ) -> Call[bool]:
     arguments = {"queue": queue, "tenant_id": tenant_id, "every_tenant": every_tenant, "kind": kind}
     return _call("jobs.clear_limit", "", arguments, _scalar, scalar=True)
+
+
+def backfill_start(
+    name: str,
+    *,
+    run_id: UUID,
+    job_id: UUID,
+    checksum: str,
+    environment: str,
+    force: bool,
+    tenant_id: str | None,
+) -> Call[BackfillStart]:
+    arguments = {
+        "name": name,
+        "run_id": run_id,
+        "job_id": job_id,
+        "checksum": checksum,
+        "environment": environment,
+        "force": force,
+        "tenant_id": tenant_id,
+    }
+    return _call(
+        "jobs.backfill_start_v1", BackfillStart.COLUMNS, arguments, _one(BackfillStart.from_row)
+    )
+
+
+def backfill_progress(run_id: UUID, *, batches: int, rows_processed: int) -> Call[bool]:
+    arguments = {"run_id": run_id, "batches": batches, "rows_processed": rows_processed}
+    return _call("jobs.backfill_progress_v1", "", arguments, _scalar, scalar=True)
+
+
+def backfill_finish(run_id: UUID, *, status: str, error: str | None = None) -> Call[bool]:
+    arguments = {"run_id": run_id, "status": status, "error": error}
+    return _call("jobs.backfill_finish_v1", "", arguments, _scalar, scalar=True)
+
+
+def backfills(
+    backfill: str | None = None, *, max_rows: int | None = None
+) -> Call[list[BackfillPass]]:
+    arguments = {"backfill": backfill, "max_rows": max_rows}
+    return _call("jobs.backfills_v1", BackfillPass.COLUMNS, arguments, _all(BackfillPass.from_row))
+
+
+def webhook_check(webhook: str, endpoint_id: str, event_id: str) -> Call[WebhookCheck]:
+    arguments = {"webhook": webhook, "endpoint_id": endpoint_id, "event_id": event_id}
+    return _call(
+        "jobs.webhook_check_v1", WebhookCheck.COLUMNS, arguments, _one(WebhookCheck.from_row)
+    )
+
+
+def webhook_record(
+    webhook: str,
+    *,
+    endpoint_id: str,
+    event_id: str,
+    topic: str,
+    job_id: UUID,
+    attempt: int,
+    outcome: str,
+    status_code: int | None,
+    error: str | None,
+    duration_ms: int | None,
+    disable_after: int | None,
+    tenant_id: str | None,
+) -> Call[WebhookRecorded]:
+    arguments = {
+        "webhook": webhook,
+        "endpoint_id": endpoint_id,
+        "event_id": event_id,
+        "topic": topic,
+        "job_id": job_id,
+        "attempt": attempt,
+        "outcome": outcome,
+        "status_code": status_code,
+        "error": error,
+        "duration_ms": duration_ms,
+        "disable_after": disable_after,
+        "tenant_id": tenant_id,
+    }
+    return _call(
+        "jobs.webhook_record_v1", WebhookRecorded.COLUMNS, arguments, _one(WebhookRecorded.from_row)
+    )
+
+
+def enable_webhook_endpoint(endpoint_id: str) -> Call[bool]:
+    arguments = {"endpoint_id": endpoint_id}
+    return _call("jobs.enable_webhook_endpoint_v1", "", arguments, _scalar, scalar=True)
+
+
+def webhook_endpoints() -> Call[list[WebhookEndpoint]]:
+    return _call(
+        "jobs.webhook_endpoints_v1", WebhookEndpoint.COLUMNS, {}, _all(WebhookEndpoint.from_row)
+    )
+
+
+def webhook_attempts(
+    *, endpoint_id: str | None = None, event_id: str | None = None, max_rows: int | None = None
+) -> Call[list[WebhookAttempt]]:
+    arguments = {"endpoint": endpoint_id, "event": event_id, "max_rows": max_rows}
+    return _call(
+        "jobs.webhook_attempts_v1", WebhookAttempt.COLUMNS, arguments, _all(WebhookAttempt.from_row)
+    )

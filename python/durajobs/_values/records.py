@@ -425,3 +425,86 @@ class Declared(Answer):
     stored_by: str
 
     NARROWED: ClassVar[Narrowed] = {"outcome": (DeclareOutcome, "jobs.declare_job.outcome")}
+
+
+@dataclass(frozen=True, slots=True)
+class BackfillStart(Answer):
+    """How a backfill's pass began (jobs.backfill_start_v1): `adopted` its run's row, `started`
+    a new one, or `skipped` because a pass completed (`previous_run_id` names it)."""
+
+    outcome: str
+    previous_run_id: UUID | None
+    previous_checksum: str | None
+    batches: int
+    rows_processed: int
+
+
+@dataclass(frozen=True, slots=True)
+class BackfillPass(Answer):
+    """One row of the backfill ledger (jobs.backfills_v1); `job_state` is its job's state now."""
+
+    id: int
+    name: str
+    run_id: UUID
+    job_id: UUID
+    tenant_id: str | None
+    status: str
+    job_state: str | None
+    checksum: str
+    environment: str
+    forced: bool
+    batches: int
+    rows_processed: int
+    started_at: datetime
+    updated_at: datetime
+    completed_at: datetime | None
+    failed_at: datetime | None
+    error: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class WebhookCheck(Answer):
+    """What a delivery asks before its request (jobs.webhook_check_v1)."""
+
+    disabled_at: datetime | None
+    delivered_at: datetime | None
+    consecutive_failures: int
+
+
+@dataclass(frozen=True, slots=True)
+class WebhookRecorded(Answer):
+    """The endpoint's count after an attempt was recorded, and whether it disabled it."""
+
+    consecutive_failures: int
+    disabled: bool
+
+
+@dataclass(frozen=True, slots=True)
+class WebhookEndpoint(Answer):
+    """An endpoint deliveries have reached (jobs.webhook_endpoints_v1)."""
+
+    endpoint_id: str
+    consecutive_failures: int
+    disabled_at: datetime | None
+    disabled_reason: str | None
+    last_attempt_at: datetime | None
+    last_delivered_at: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class WebhookAttempt(Answer):
+    """One recorded delivery attempt (jobs.webhook_attempts_v1)."""
+
+    id: int
+    webhook: str
+    endpoint_id: str
+    event_id: str
+    topic: str
+    job_id: UUID
+    attempt: int
+    tenant_id: str | None
+    outcome: str
+    status_code: int | None
+    error: str | None
+    duration_ms: int | None
+    at: datetime

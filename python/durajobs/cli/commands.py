@@ -447,9 +447,11 @@ def _parser() -> argparse.ArgumentParser:
     demo_command.add_argument("--users", type=int, default=40, help="sign-ups to process (40)")
     demo_command.set_defaults(run=_cmd_demo)
 
+    from durajobs.cli.backfills import add_backfill_commands
     from durajobs.cli.operator import add_operator_commands
 
     add_operator_commands(commands, with_database)
+    add_backfill_commands(commands, with_database)
     return parser
 
 

@@ -42,6 +42,9 @@ class JobDetail:
     # the limits set in SQL that count the row: [{queue, tenant_id, concurrency, running, rate,
     # per_seconds, started, held_back}, ...]
     rules: list[dict[str, Any]] = field(default_factory=list)
+    # for a backfill's job: the backfill's state (services.backfills) and, as "this_pass", the
+    # ledger row of this job's pass (None before the pass started)
+    backfill: dict[str, Any] | None = None
 
     @property
     def state(self) -> JobState:
@@ -57,6 +60,7 @@ class JobDetail:
             else [retry.as_json() for retry in self.retries_ahead],
             "limit": self.limit,
             "rules": self.rules,
+            "backfill": self.backfill,
         }
 
 

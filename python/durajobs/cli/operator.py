@@ -87,6 +87,7 @@ zone), intervals are seconds. The keys are stable:
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import asdict
@@ -120,6 +121,7 @@ from durajobs.cli.support import (
     retention_from,
 )
 from durajobs.client import Client
+from durajobs.declare.backfill import current_environment
 from durajobs.errors import (
     ArgumentInvalid,
     DurajobsError,
@@ -129,10 +131,11 @@ from durajobs.errors import (
     JobNotRemovable,
     JobNotRequeueable,
 )
+from durajobs.services.backfills import read_report
 from durajobs.services.retention import NOTHING as NOTHING_PURGED
 
 if TYPE_CHECKING:
-    pass
+    from durajobs.declare.registry import Registry
 
 Subcommands: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
 WithDatabase: TypeAlias = Callable[[argparse.ArgumentParser], argparse.ArgumentParser]
@@ -319,6 +322,7 @@ def _job_fields(detail: JobDetail) -> list[tuple[str, str]]:
         ("last error", _last_error_text(job)),
         ("limit", _limit_detail_text(detail.limit)),
         *[("set limit", _rule_detail_text(rule)) for rule in detail.rules],
+        *([("backfill", _backfill_text(detail.backfill))] if detail.backfill else []),
     ]
 
 
@@ -403,7 +407,31 @@ def _cmd_jobs_show(args: argparse.Namespace) -> int:
     registry = load_registry(args.app) if args.app else None
     with _connect(args) as client:
         detail = job_detail(client.inspect_job(args.id), registry)
+        if registry is not None and registry.is_backfill(detail.job["name"]):
+            detail = dataclasses.replace(detail, backfill=_backfill_of(client, registry, detail))
     return _answer(args, detail.as_json(), _detail_text(detail, args.app))
+
+
+def _backfill_of(client: Client, registry: Registry, detail: JobDetail) -> dict[str, Any]:
+    """The backfill's state as `durajobs backfill list` shows it, and this job's pass."""
+    name = detail.job["name"]
+    declared = [b for b in registry.backfills() if b.name == name]
+    (status,) = read_report(client.run, declared, current_environment()).rows
+    this_pass = next(
+        (p for p in client.run(calls.backfills(name)) if str(p.job_id) == str(detail.job["id"])),
+        None,
+    )
+    return {**status.as_dict(), "this_pass": None if this_pass is None else asdict(this_pass)}
+
+
+def _backfill_text(backfill: dict[str, Any] | None) -> str:
+    if backfill is None:
+        return render.NOTHING
+    mine = backfill["this_pass"]
+    if mine is None:
+        return f"{backfill['state']} (this pass: not started)"
+    counts = f"{mine['batches']} batches, {mine['rows_processed']} rows"
+    return f"{backfill['state']} (this pass: {mine['status']}, {counts})"
 
 
 # -- jobs cancel, requeue, remove, promote --------------------------------------------------

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import inspect
 import json
 import math
 import os
@@ -43,6 +42,7 @@ from typing import Any, Generic, Literal, Protocol, TypeVar
 from pydantic import BaseModel
 
 from durajobs._values.counts import parse_count
+from durajobs.declare.factory import Context, call_off_loop
 from durajobs.errors import (
     ArgumentInvalid,
     DeclarationInvalid,
@@ -51,23 +51,6 @@ from durajobs.errors import (
 )
 
 I = TypeVar("I", bound=BaseModel)  # noqa: E741 (the input model, as in declare.registry)
-
-
-class _Steps(Protocol):
-    async def run(self, name: str, fn: Callable[[], Awaitable[Any]]) -> Any: ...
-
-
-I_co = TypeVar("I_co", bound=BaseModel, covariant=True)
-
-
-class _Context(Protocol[I_co]):
-    """What the body uses of its JobContext (runtime.attempt): the input and the steps."""
-
-    @property
-    def input(self) -> I_co: ...
-
-    @property
-    def step(self) -> _Steps: ...
 
 
 ExportFormat = Literal["csv", "ndjson"]
@@ -141,17 +124,6 @@ async def _pause(seconds: float) -> None:
     await asyncio.sleep(seconds)
 
 
-async def _call(function: Callable[..., Any], *arguments: Any) -> Any:
-    """Call `function` off the event loop unless it is async: a blocking read or write of a
-    page must not stall the worker's other attempts."""
-    if inspect.iscoroutinefunction(function):
-        return await function(*arguments)
-    answer = await asyncio.to_thread(function, *arguments)
-    if inspect.isawaitable(answer):
-        return await answer
-    return answer
-
-
 @dataclass(frozen=True)
 class Export(Generic[I]):
     """One declared export: what its job's body reads, encodes and writes."""
@@ -168,7 +140,7 @@ class Export(Generic[I]):
     max_part_bytes: int
     rate: float | None
 
-    async def run(self, ctx: _Context[I]) -> None:
+    async def run(self, ctx: Context[I]) -> None:
         """The job's body: one step a page, then the manifest."""
         model = ctx.input
         prefix = self.prefix(model)
@@ -192,7 +164,7 @@ class Export(Generic[I]):
         output: never the rows, which a run would otherwise keep until it ends)."""
         if self.rate is not None:
             await _pause(1 / self.rate)  # here, inside the step: a replayed page pays none
-        fetched = list(await _call(self.source, model, Page(after=after, limit=self.batch)))
+        fetched = list(await call_off_loop(self.source, model, Page(after=after, limit=self.batch)))
         if len(fetched) > self.batch:
             raise ArgumentInvalid(
                 f"export {self.name}: source answered {len(fetched)} rows for a page of "
@@ -212,7 +184,7 @@ class Export(Generic[I]):
                 detail={"export": self.name, "batch": self.batch, "bytes": len(data)},
             )
         sink = self.sink()  # asked on each write, never at declaration
-        await _call(sink.put, part_key(prefix, index, self.format), data)
+        await call_off_loop(sink.put, part_key(prefix, index, self.format), data)
         cursor = self.key(fetched[-1]) if fetched else after
         return {"cursor": cursor, "rows": len(fetched), "bytes": len(data), "last": last}
 
@@ -224,7 +196,7 @@ class Export(Generic[I]):
             "rows": rows,
         }
         data = (json.dumps(document, sort_keys=True) + "\n").encode()
-        await _call(self.sink().put, manifest_key(prefix), data)
+        await call_off_loop(self.sink().put, manifest_key(prefix), data)
         return {"parts": parts, "rows": rows}
 
     def _cells(self, source_row: Any) -> list[Cell]:

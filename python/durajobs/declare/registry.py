@@ -19,6 +19,14 @@ from pydantic import BaseModel, ValidationError
 from durajobs._db import calls
 from durajobs._values.durations import Duration, parse_duration
 from durajobs._values.records import Declared, EnqueueResult
+from durajobs.declare.backfill import (
+    DEFAULT_BACKFILL_BATCH,
+    DEFAULT_BACKFILL_RATE,
+    Backfill,
+    BackfillInput,
+    Handle,
+    plan_backfill,
+)
 from durajobs.declare.cron import DEFAULT_MAX_CATCH_UP, CatchUp, Entries, Task, declare_task
 from durajobs.declare.enqueue import EnqueueRequest, OnConflict
 from durajobs.declare.export import (
@@ -32,6 +40,14 @@ from durajobs.declare.export import (
 from durajobs.declare.limits import Concurrency, Limit, parse_concurrency
 from durajobs.declare.retry import RetryPolicy
 from durajobs.declare.router import Router
+from durajobs.declare.webhook import (
+    DEFAULT_DISABLE_AFTER,
+    DEFAULT_REQUEST_TIMEOUT,
+    EndpointLookup,
+    Webhook,
+    WebhookEvent,
+    delivery_key,
+)
 from durajobs.errors import (
     ArgumentInvalid,
     DeclarationInvalid,
@@ -370,6 +386,7 @@ class Registry:
             )
         self._jobs: dict[str, Job[Any]] = {}
         self._tasks: dict[str, Task] = {}
+        self._backfills: dict[str, Backfill] = {}
         self.redact = tuple(redact)
         self.router = Router(database_url, outbox=outbox, mode=mode)
 
@@ -524,6 +541,121 @@ class Registry:
             retry=retry,
         )
         return declare(export.run)
+
+    def backfill(
+        self,
+        *,
+        name: str,
+        source: Callable[[Page], Sequence[Any] | Awaitable[Sequence[Any]]],
+        key: Callable[[Any], Any],
+        handle: Handle,
+        count: Callable[[], int | Awaitable[int]] | None = None,
+        requires: str | None = None,
+        environments: Sequence[str] = (),
+        batch: int = DEFAULT_BACKFILL_BATCH,
+        rate: float = DEFAULT_BACKFILL_RATE,
+        tenant: str = NO_TENANT,
+        queue: str = DEFAULT_QUEUE,
+        retry: RetryPolicy | None = None,
+    ) -> Job[BackfillInput]:
+        """Declare a backfill: a job that reads `source` a keyset page at a time (`batch` rows
+        after the `key` of the page before's last row, at most `rate` pages a second) and
+        hands each page to `handle(rows, signal)`; each page a durable step, each pass a row of
+        the ledger jobs.backfills (declare.backfill says why each rule holds). Its idempotency
+        key is its name; `tenant` is the tenant id every pass acts for, or 'none'. Enqueue it
+        with `durajobs backfill run NAME --write`, or `job.enqueue({})` (`{"force": true}`
+        for a new pass after one completed)."""
+        backfill = plan_backfill(
+            name=name,
+            source=source,
+            key=key,
+            handle=handle,
+            count=count,
+            requires=requires,
+            environments=environments,
+            batch=batch,
+            rate=rate,
+        )
+        if not isinstance(tenant, str) or not tenant.strip():
+            raise DeclarationInvalid(
+                f"backfill {name}: tenant must be a tenant id or 'none', got {tenant!r}",
+                detail={"field": "tenant"},
+            )
+        declare = self.job(
+            name=name,
+            input=BackfillInput,
+            idempotency_key=lambda _input: name,
+            tenant=NO_TENANT if tenant == NO_TENANT else (lambda _input: tenant),
+            queue=queue,
+            retry=retry,
+        )
+        job = declare(backfill.run)
+        self._backfills[name] = backfill
+        return job
+
+    def webhook(
+        self,
+        *,
+        name: str,
+        endpoint: EndpointLookup,
+        tenant: Callable[[WebhookEvent], str | None] | Literal["none"],
+        disable_after: int | None = DEFAULT_DISABLE_AFTER,
+        request_timeout: Duration = timedelta(seconds=DEFAULT_REQUEST_TIMEOUT),
+        queue: str = DEFAULT_QUEUE,
+        retry: RetryPolicy | None = None,
+        timeout: Duration | None = None,
+    ) -> Job[WebhookEvent]:
+        """Declare a webhook: a job that POSTs one `WebhookEvent` to the endpoint
+        `endpoint(endpoint_id)` answers (a `WebhookEndpoint`, read on every attempt), signed
+        (durajobs.webhooks), every attempt recorded in jobs.webhook_attempts; `disable_after`
+        failures in a row (None: never) disable the endpoint. declare.webhook says why each
+        rule holds. Enqueue one job per endpoint an event goes to."""
+        if not callable(endpoint):
+            raise DeclarationInvalid(
+                f"webhook {name}: endpoint must be a function of an endpoint id",
+                detail={"field": "endpoint"},
+            )
+        if disable_after is not None and (
+            isinstance(disable_after, bool)
+            or not isinstance(disable_after, int)
+            or disable_after < 1
+        ):
+            raise DeclarationInvalid(
+                f"webhook {name}: disable_after must be a whole number of at least 1, or None",
+                detail={"field": "disable_after"},
+            )
+        webhook = Webhook(
+            name=name,
+            endpoint=endpoint,
+            disable_after=disable_after,
+            request_timeout=parse_duration(
+                request_timeout, field="request_timeout"
+            ).total_seconds(),
+        )
+        declare = self.job(
+            name=name,
+            input=WebhookEvent,
+            idempotency_key=lambda event: delivery_key(name, event),
+            tenant=tenant,
+            queue=queue,
+            retry=retry,
+            timeout=timeout,
+        )
+        return declare(webhook.run)
+
+    def backfills(self) -> list[Backfill]:
+        """Every declared backfill, by name."""
+        return [self._backfills[name] for name in sorted(self._backfills)]
+
+    def is_backfill(self, job: object) -> bool:
+        """Whether `job` (a Job or a name) is a backfill this registry declared."""
+        name = job if isinstance(job, str) else getattr(job, "name", None)
+        return (
+            isinstance(name, str)
+            and name in self._backfills
+            and self._jobs.get(name) is not None
+            and (isinstance(job, str) or self._jobs[name] is job)
+        )
 
     def task(
         self,

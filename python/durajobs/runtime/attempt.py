@@ -129,6 +129,11 @@ class _Context(Generic[I]):
     def enqueued_by(self) -> str | None:
         return self._attempt.claimed.enqueued_by
 
+    async def _call_database(self, call: calls.Call[T]) -> T:
+        """Run one call of a jobs function on the worker's database: for the package's own job
+        factories (their ledgers), not an application's queries."""
+        return await self._attempt._db.run(call)
+
     def progress(self, done: float, total: float | None = None, note: str | None = None) -> None:
         """Report how far the run has got; written at most once a second, and before the settle.
 

@@ -20,6 +20,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from alembic.config import CommandLine
 
 import durajobs
 import durajobs.webhooks
@@ -44,6 +45,8 @@ SQL_VALUES = {
 PYTHON_CALLS: dict[str, Callable[..., Any]] = {
     "registry.job": Registry(database_url="postgresql://unused").job,
     "registry.export": Registry(database_url="postgresql://unused").export,
+    "registry.backfill": Registry(database_url="postgresql://unused").backfill,
+    "durajobs.WebhookEndpoint": durajobs.WebhookEndpoint,
     "durajobs.Concurrency": durajobs.Concurrency,
     "durajobs.RetryPolicy.of": durajobs.RetryPolicy.of,
     "OutboxRelay": OutboxRelay,
@@ -54,7 +57,7 @@ PYTHON_CALLS: dict[str, Callable[..., Any]] = {
 }
 PYTHON_ATTRIBUTES = {"ctx.cancelled": JobContext}
 
-SHELL_PROGRAMS = {"pip", "export"}
+SHELL_PROGRAMS = {"pip", "export", "alembic"}
 
 
 def _words(placeholder: str) -> str:
@@ -148,6 +151,10 @@ def test_a_shell_fix_is_a_line_of_a_known_program(code, line):
     if words[0] == "pip":
         assert words[1] == "install"
         assert words[-1].startswith("durajobs")
+    elif words[0] == "alembic":
+        # alembic's own parser: an unknown command or argument exits 2
+        parsed = CommandLine().parser.parse_args(words[1:])
+        assert parsed.cmd[0].__name__ == words[1]
     else:
         assert re.fullmatch(r"[A-Z_]+=\S+", words[1])
 

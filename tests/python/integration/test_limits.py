@@ -296,3 +296,25 @@ def test_a_scrape_shows_what_each_limit_holds_back(database_url):
     assert f"limit_held_back_jobs{{{labels}}} 2.0" in text
     assert f"limit_running_jobs{{{labels}}} 1.0" in text
     assert 'limit_held_back_jobs{job="",key="",queue="reports",scope="queue",tenant=""} 0.0' in text
+
+
+def test_a_slot_whose_body_never_started_is_freed_at_once(database_url):
+    """R103: a claim takes a concurrency slot with the row; an attempt that fails between the
+    claim and its body (the stored input does not parse) settles the row, which frees the
+    slot there and then: the next run of the job starts at once, not after a lease lapses."""
+    registry = durajobs.Registry(database_url=database_url)
+    ran: list[str] = []
+
+    @declare(registry, "single", input=TimedItem, concurrency=1)
+    async def single(ctx) -> None:
+        ran.append(ctx.input.key)
+
+    with durajobs.Client.connect(database_url) as client:
+        registry.declare(client, declared_by="test")
+        # written by hand, as another deploy or a psql user could: not a TimedItem
+        client.enqueue("single", {"seconds": "never"}, "broken")
+        single.enqueue({"key": "good", "seconds": 0}, using=client)
+
+    worker = Worker(registry, database_url, listen=False, visibility=timedelta(seconds=30))
+    asyncio.run(asyncio.wait_for(run_until(worker, lambda: ran == ["good"]), timeout=10))
+    assert _states(database_url) == {"broken": ("dead", 1), "good": ("done", 1)}

@@ -34,6 +34,7 @@ def test_a_retry_is_signed_anew_at_its_own_sending_time():
     [("evt:1", "invoice.paid"), ("evt_1", "invoice:paid"), ("", "t"), ("e", " t"), ("e", "")],
 )
 def test_an_id_or_topic_that_cannot_be_signed_unambiguously_is_refused(event_id, topic):
+    """R86: a ':' inside either would let two different pairs sign the same text."""
     with pytest.raises(durajobs.WebhookEventInvalid):
         signature(SECRET, event_id, topic, BODY, AT)
 
@@ -57,9 +58,11 @@ def test_the_receiver_accepts_a_fresh_signature_whatever_the_header_case():
         "no signature",
         "malformed",
         "other scheme",
+        "re-dated",
     ],
 )
 def test_the_receiver_refuses_anything_else(change):
+    """R86 among them: a capture re-dated (its t changed) no longer verifies."""
     headers = signed_headers(SECRET, "evt_1", "invoice.paid", BODY, at=AT)
     body, secret, now = BODY, SECRET, AT + 10
     if change == "body":
@@ -76,6 +79,10 @@ def test_the_receiver_refuses_anything_else(change):
         now = AT - 301
     elif change == "no signature":
         del headers[SIGNATURE_HEADER]
+    elif change == "re-dated":
+        # a capture replayed an hour later with its time moved to look fresh
+        headers[SIGNATURE_HEADER] = headers[SIGNATURE_HEADER].replace(f"t={AT}", f"t={AT + 3600}")
+        now = AT + 3600
     elif change == "malformed":
         headers[SIGNATURE_HEADER] = "t=soon,v1=zz"
     else:

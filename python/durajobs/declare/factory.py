@@ -1,0 +1,73 @@
+"""What the job factories (export, backfill, webhook) share: the part of a job's context their
+bodies use, and calling an application's function without blocking the worker's event loop."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol, TypeVar
+from uuid import UUID
+
+from pydantic import BaseModel
+
+from durajobs._db import calls
+from durajobs.errors import DurajobsError
+
+T = TypeVar("T")
+I_co = TypeVar("I_co", bound=BaseModel, covariant=True)
+
+
+class Steps(Protocol):
+    async def run(self, name: str, fn: Callable[..., Awaitable[Any]]) -> Any: ...
+
+
+class Signal(Protocol):
+    """The attempt's cancel signal (runtime.cancel.CancelSignal), as a factory reads it."""
+
+    @property
+    def reason(self) -> DurajobsError | None: ...
+
+    @property
+    def is_set(self) -> bool: ...
+
+
+class Context(Protocol[I_co]):
+    """What a factory's body uses of its JobContext (runtime.attempt)."""
+
+    @property
+    def input(self) -> I_co: ...
+
+    @property
+    def step(self) -> Steps: ...
+
+    @property
+    def job(self) -> str: ...
+
+    @property
+    def job_id(self) -> UUID: ...
+
+    @property
+    def run_id(self) -> UUID: ...
+
+    @property
+    def attempt(self) -> int: ...
+
+    @property
+    def tenant_id(self) -> str | None: ...
+
+    @property
+    def signal(self) -> Any: ...
+
+    async def _call_database(self, call: calls.Call[T]) -> T: ...
+
+
+async def call_off_loop(function: Callable[..., Any], *arguments: Any) -> Any:
+    """Call an application's `function` off the event loop unless it is async: a blocking read
+    or write must not stall the worker's other attempts."""
+    if inspect.iscoroutinefunction(function):
+        return await function(*arguments)
+    answer = await asyncio.to_thread(function, *arguments)
+    if inspect.isawaitable(answer):
+        return await answer
+    return answer

@@ -1,0 +1,28 @@
+"""The backfill and webhook ledgers
+
+Revision ID: 0019
+Revises: 0018
+Create Date: 2026-12-03
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from durajobs._db.migrations import apply_sql_file, close_to_public
+
+revision = "0019"
+down_revision = "0018"
+branch_labels = None
+depends_on = None
+
+HERE = Path(__file__).parent
+
+
+def upgrade() -> None:
+    apply_sql_file(HERE / f"{revision}_upgrade.sql")
+    close_to_public()
+
+
+def downgrade() -> None:
+    apply_sql_file(HERE / f"{revision}_downgrade.sql")
