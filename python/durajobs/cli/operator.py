@@ -48,8 +48,10 @@ zone), intervals are seconds. The keys are stable:
     jobs show      {"job": {every column of jobs.jobs}, "steps": [{"name", "status",
                     "attempts", "started_at", "updated_at", "finished_at", "wake_at",
                     "duration_ms", "output_bytes", "error"}, ...], "queue_paused": bool,
-                    "retries_ahead": [{"after_attempt", "delay_seconds"}, ...] | null}
-                   (JobDetail.as_json; retries_ahead is null without --app or a declaration)
+                    "retries_ahead": [{"after_attempt", "delay_seconds"}, ...] | null,
+                    "backfill": {the backfill's state, "this_pass": {...} | null} | null}
+                   (JobDetail.as_json; retries_ahead is null without --app or a declaration,
+                   backfill null without --app or for a job that is not a backfill's)
     jobs cancel|requeue|remove|promote|drain
                    {"id": ID, "action": "cancelled" | "requeued" | "removed" | "promoted" |
                     "drained", "ok": true}

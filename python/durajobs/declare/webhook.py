@@ -176,8 +176,10 @@ def _checked_endpoint(name: str, endpoint_id: str, endpoint: object) -> WebhookE
         problem = "its url is not http or https"
     elif not endpoint.secret:
         problem = "its secret is empty"
-    elif not isinstance(endpoint.headers, Mapping):
-        problem = "its headers are not a mapping"
+    elif not isinstance(endpoint.headers, Mapping) or not all(
+        isinstance(key, str) and isinstance(value, str) for key, value in endpoint.headers.items()
+    ):
+        problem = "its headers are not a mapping of text to text"
     if problem is not None:
         raise WebhookEndpointInvalid(
             f"webhook {name}: endpoint {endpoint_id!r}: {problem}",
@@ -224,7 +226,7 @@ class Webhook:
         headers.update(ours)
         began = time.monotonic()
         try:
-            response = await self._post(ctx, endpoint.url, body, headers)
+            response = await self._post(ctx, endpoint.url, body, headers, began)
         except httpx.HTTPError as failure:
             error = WebhookDeliveryFailed(
                 f"webhook {self.name}: {endpoint_id_text(event)}: {type(failure).__name__}: "
@@ -236,7 +238,12 @@ class Webhook:
         return await _finished_under_drain(ctx, self._settle(ctx, response, began))
 
     async def _post(
-        self, ctx: Context[WebhookEvent], url: str, body: bytes, headers: dict[str, str]
+        self,
+        ctx: Context[WebhookEvent],
+        url: str,
+        body: bytes,
+        headers: dict[str, str],
+        began: float,
     ) -> httpx.Response:
         """POST, abandoned with the attempt (deadline, lost lease, cancel) but finished, and
         recorded, under a drain once sent."""
@@ -260,7 +267,6 @@ class Webhook:
                     raise
                 # a drain: the request is on the wire; finish it and record what it got, then
                 # hand the run back (the next attempt finds the delivery in the ledger)
-                began = time.monotonic()
                 try:
                     response = await post
                 except httpx.HTTPError as failure:

@@ -253,8 +253,17 @@ def test_show_json_is_the_job_detail(client, durajobs):
 
     answer = durajobs("jobs", "show", str(id), "--json").json()
     assert answer == json.loads(json.dumps(job_detail(client.inspect_job(id)).as_json()))
-    assert set(answer) == {"job", "steps", "queue_paused", "retries_ahead", "limit", "rules"}
+    assert set(answer) == {
+        "job",
+        "steps",
+        "queue_paused",
+        "retries_ahead",
+        "limit",
+        "rules",
+        "backfill",
+    }
     assert answer["limit"] is None, "the job declares no concurrency limit"
+    assert answer["backfill"] is None, "the job is not a backfill's"
     assert answer["rules"] == [], "no limit set in SQL counts it"
     assert answer["job"]["id"] == str(id)
     assert answer["job"]["progress"]["note"] == "three of ten"
