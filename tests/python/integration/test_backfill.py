@@ -96,7 +96,10 @@ def _declare(
 
 def _run(
     database_url: str, registry: durajobs.Registry, force: bool = False
-) -> tuple[str, str | None, Any, Any]:
+) -> tuple[str, str | None, durajobs.EnqueueResult, int]:
+    """Enqueue a pass, run a worker until its job ends; answer (state, last_error, the
+    enqueue's answer, the attempt it ended on). The body's answer is not stored (results are
+    not kept yet): what a pass did is read from the table, its steps and the ledger."""
     job = registry.get("items.fill")
     assert job is not None
     enqueued = job.enqueue({"force": force})
@@ -113,12 +116,12 @@ def _run(
         return rows[0][0] in ("done", "dead", "failed")
 
     asyncio.run(run_until(worker, ended))
-    ((state, error, result, attempt),) = fetch_all(
+    ((state, error, attempt),) = fetch_all(
         database_url,
-        "select state, last_error, null, attempt from jobs.jobs where id = %s",
+        "select state, last_error, attempt from jobs.jobs where id = %s",
         [enqueued.id],
     )
-    return state, error, result, (enqueued, attempt)
+    return state, error, enqueued, attempt
 
 
 def _ledger(database_url: str) -> list[tuple[Any, ...]]:
@@ -141,7 +144,7 @@ def test_a_pass_sweeps_every_row_once_and_completes_its_ledger_row(database_url)
     _fill(database_url, 8)
     source = Source(database_url)
     registry, _job = _declare(database_url, source=source)
-    state, error, _result, (enqueued, _attempt) = _run(database_url, registry)
+    state, error, enqueued, _attempt = _run(database_url, registry)
     assert (state, error) == ("done", None)
     assert _done_counts(database_url) == [1] * 8
     assert source.asked == [None, 3, 6]  # keyset: each page after the last key, never an offset
@@ -155,7 +158,7 @@ def test_a_page_step_keeps_a_cursor_and_a_count_never_rows(database_url):
     the last: their size does not grow with the page."""
     _fill(database_url, 7)
     registry, _job = _declare(database_url)
-    _state, _error, _result, (enqueued, _attempt) = _run(database_url, registry)
+    _state, _error, enqueued, _attempt = _run(database_url, registry)
     steps = fetch_all(
         database_url,
         "select name, output from jobs.steps where run_id = %s order by name",
@@ -186,7 +189,7 @@ def test_a_failed_page_is_replayed_and_the_retry_adopts_its_ledger_row(database_
     _fill(database_url, 8)
     source, handle = Source(database_url), Handle(database_url, fail_on=5)
     registry, _job = _declare(database_url, source=source, handle=handle)
-    state, _error, _result, (enqueued, attempt) = _run(database_url, registry)
+    state, _error, enqueued, attempt = _run(database_url, registry)
     assert state == "done"
     assert attempt == 2
     assert source.asked == [None, 3, 3, 6]
@@ -231,9 +234,9 @@ def test_a_completed_backfill_is_skipped_and_force_runs_a_new_pass(database_url,
     not live) but the pass is a no-op naming the pass that completed; force writes a new row."""
     _fill(database_url, 4)
     registry, _job = _declare(database_url)
-    _state, _error, _result, (first, _attempt) = _run(database_url, registry)
+    _state, _error, first, _attempt = _run(database_url, registry)
     with caplog.at_level(logging.INFO, logger="durajobs.declare.backfill"):
-        state, _error, _result, (second, _attempt) = _run(database_url, registry)
+        state, _error, second, _attempt = _run(database_url, registry)
     assert not second.deduped
     assert second.id != first.id
     assert state == "done"
@@ -242,7 +245,7 @@ def test_a_completed_backfill_is_skipped_and_force_runs_a_new_pass(database_url,
     assert skipped.checksum_moved is False  # type: ignore[attr-defined]
     assert _done_counts(database_url) == [1] * 4
     assert len(_ledger(database_url)) == 1
-    state, _error, _result, (third, _attempt) = _run(database_url, registry, force=True)
+    state, _error, third, _attempt = _run(database_url, registry, force=True)
     assert state == "done"
     assert _done_counts(database_url) == [2] * 4
     ledger = _ledger(database_url)
@@ -357,7 +360,7 @@ def test_a_resumed_pass_pays_no_pause_for_the_pages_it_replays(database_url, mon
     monkeypatch.setattr(backfill_module, "_pause", counted)
     _fill(database_url, 16)
     registry, _job = _declare(database_url, rate=1, handle=Handle(database_url, fail_on=13))
-    state, _error, _result, (_enqueued, attempt) = _run(database_url, registry)
+    state, _error, _enqueued, attempt = _run(database_url, registry)
     assert (state, attempt) == ("done", 2)
     # first attempt: pages 1-4 pause (4); second: page 4 and page 5 (2), none for 0-3
     assert pauses == [1.0] * 6
@@ -402,7 +405,7 @@ def test_a_pass_in_an_environment_it_does_not_name_dies_with_its_code(database_u
     _fill(database_url, 3)
     source = Source(database_url)
     registry, _job = _declare(database_url, source=source, environments=["production"])
-    state, error, _result, (_enqueued, attempt) = _run(database_url, registry)
+    state, error, _enqueued, attempt = _run(database_url, registry)
     assert (state, attempt) == ("dead", 1)
     assert error is not None
     assert "X_BACKFILL_ENVIRONMENT" in error
@@ -426,7 +429,7 @@ def test_a_count_left_after_the_last_page_stalls_the_pass_on_its_attempt(databas
     terminal (dead on attempt 1 of 3), and the ledger row says failed."""
     _fill(database_url, 2)
     registry, _job = _declare(database_url, count=lambda: 3)
-    state, error, _result, (_enqueued, attempt) = _run(database_url, registry)
+    state, error, _enqueued, attempt = _run(database_url, registry)
     assert (state, attempt) == ("dead", 1)
     assert error is not None
     assert "X_BACKFILL_STALLED" in error
@@ -444,7 +447,7 @@ def test_a_tenant_backfill_acts_for_its_tenant(database_url):
     """Item 174: tenant='acme' makes every pass's row act for acme, and the ledger says so."""
     _fill(database_url, 2)
     registry, _job = _declare(database_url, tenant="acme")
-    _state, _error, _result, (enqueued, _attempt) = _run(database_url, registry)
+    _state, _error, enqueued, _attempt = _run(database_url, registry)
     assert fetch_all(
         database_url, "select tenant_id from jobs.jobs where id = %s", [enqueued.id]
     ) == [("acme",)]

@@ -8,7 +8,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import psycopg
@@ -16,6 +15,8 @@ import psycopg
 import durajobs
 from support.apps import BACKFILL_APP
 from support.paths import TESTS
+from support.rows import fetch_all
+from support.waiting import wait_until
 
 ROWS = 11  # 6 pages of 2
 
@@ -41,30 +42,14 @@ def _worker(database_url: str) -> subprocess.Popen[str]:
     )
 
 
-def _one(database_url: str, query: str, params=()):
-    with psycopg.connect(database_url, autocommit=True) as connection:
-        return connection.execute(query, params).fetchone()
-
-
-def _all(database_url: str, query: str):
-    with psycopg.connect(database_url, autocommit=True) as connection:
-        return connection.execute(query).fetchall()
-
-
-def _wait_for(predicate, *, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
-
-
 def _pages_done(database_url: str, run_id: object) -> int:
-    return _one(
+    ((count,),) = fetch_all(
         database_url,
         "select count(*) from jobs.steps where run_id = %s and left(name, 6) = 'batch:'"
         " and status = 'completed'",
         [run_id],
-    )[0]
+    )
+    return int(count)
 
 
 def test_a_killed_backfill_resumes_at_its_page(database_url, tmp_path: Path):
@@ -77,7 +62,7 @@ def test_a_killed_backfill_resumes_at_its_page(database_url, tmp_path: Path):
 
     first = _worker(database_url)
     try:
-        _wait_for(lambda: _pages_done(database_url, job.run_id) >= 2, timeout=60, what="two pages")
+        wait_until(lambda: _pages_done(database_url, job.run_id) >= 2, timeout=60, what="two pages")
         first.send_signal(signal.SIGKILL)  # no drain, no settle: mid-pass
         first.wait(timeout=10)
     finally:
@@ -85,14 +70,14 @@ def test_a_killed_backfill_resumes_at_its_page(database_url, tmp_path: Path):
             first.kill()
     stored = _pages_done(database_url, job.run_id)
     assert 2 <= stored < 6, "the kill landed mid-pass"
-    (started_before,) = _one(database_url, "select started_at from jobs.backfills")
+    ((started_before,),) = fetch_all(database_url, "select started_at from jobs.backfills")
 
     second = _worker(database_url)
     try:
-        _wait_for(
+        wait_until(
             lambda: (
-                _one(database_url, "select state from jobs.jobs where id = %s", [job.id])
-                == ("done",)
+                fetch_all(database_url, "select state from jobs.jobs where id = %s", [job.id])
+                == [("done",)]
             ),
             timeout=60,
             what="the resumed pass to finish",
@@ -103,17 +88,21 @@ def test_a_killed_backfill_resumes_at_its_page(database_url, tmp_path: Path):
         second.communicate(timeout=60)
 
     # every page whose step was stored before the kill was read once; only later pages twice
-    reads = [row[0] for row in _all(database_url, "select after from backfill_reads")]
+    reads = [row[0] for row in fetch_all(database_url, "select after from backfill_reads")]
     stored_cursors = [None, *range(2, 2 * stored + 1, 2)][:stored]
     assert all(reads.count(after) == 1 for after in stored_cursors), reads
     # every row handled; at most the page in flight at the kill twice (at least once)
-    done = [row[0] for row in _all(database_url, "select done from backfill_items order by id")]
+    done = [
+        row[0] for row in fetch_all(database_url, "select done from backfill_items order by id")
+    ]
     assert all(count >= 1 for count in done)
     assert sum(done) <= ROWS + 2
-    ((run_id, status, batches, rows, started),) = _all(
+    ((run_id, status, batches, rows, started),) = fetch_all(
         database_url,
         "select run_id, status, batches, rows_processed, started_at from jobs.backfills",
     )
     assert (run_id, status, batches, rows) == (job.run_id, "completed", 6, ROWS)
     assert started == started_before
-    assert _one(database_url, "select attempt from jobs.jobs where id = %s", [job.id]) == (2,)
+    assert fetch_all(database_url, "select attempt from jobs.jobs where id = %s", [job.id]) == [
+        (2,)
+    ]
