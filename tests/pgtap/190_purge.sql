@@ -485,10 +485,11 @@ insert into jobs.limit_starts (rule_id, tenant_id, started_at)
 select :rate_rule, 't' || g, jobs._now() - interval '2 minutes' from generate_series(1, 30) g;
 insert into jobs.limit_starts (rule_id, tenant_id, started_at)
 values (:rate_rule, 'recent', jobs._now() - interval '10 seconds');
-insert into jobs.webhook_attempts (webhook, endpoint_id, event_id, topic, job_id, attempt, outcome,
-                                   at)
-values ('h', 'ep', 'old', 't', gen_random_uuid(), 1, 'failed', jobs._now() - interval '91 days'),
-       ('h', 'ep', 'new', 't', gen_random_uuid(), 1, 'delivered', jobs._now() - interval '1 day');
+insert into jobs.webhook_attempts (webhook, tenant_key, endpoint_id, event_id, topic, job_id,
+                                   attempt, outcome, at)
+values ('h', '', 'ep', 'old', 't', gen_random_uuid(), 1, 'failed', jobs._now() - interval '91 days'),
+       ('h', '', 'ep', 'new', 't', gen_random_uuid(), 1, 'delivered',
+        jobs._now() - interval '1 day');
 select jobs.purge(batch_size => 20);
 select is((select count(*)::int from jobs.limit_starts where rule_id = :rate_rule), 11,
           'a purge sweeps a batch of the starts past their rule''s window');

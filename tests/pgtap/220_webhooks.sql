@@ -4,7 +4,7 @@
 -- delivery made already; an operator enables the endpoint again.
 begin;
 \ir fixtures/factory.sql
-select plan(18);
+select plan(23);
 
 set local durajobs.now = '2026-01-01 00:00:00+00';
 
@@ -44,8 +44,8 @@ select is((select count(*)::int from jobs.webhook_attempts), 8, 'every attempt i
 select is((select disabled_reason from jobs.webhook_endpoints),
           '3 consecutive failed deliveries, the last 500', 'the reason names the count');
 
-select is(jobs.enable_webhook_endpoint_v1(endpoint_id => 'ep'), true,
-          'enabling a disabled endpoint answers true');
+select is(jobs.enable_webhook_endpoint_v1(endpoint_id => 'ep'), 1,
+          'enabling a disabled endpoint answers how many were disabled');
 select is(jobs_test.check(), '(f,f,0)', 'and clears its mark and its count');
 
 select throws_ok($$select * from jobs.webhook_record_v1(webhook => 'hook', endpoint_id => 'ep',
@@ -54,6 +54,30 @@ select throws_ok($$select * from jobs.webhook_record_v1(webhook => 'hook', endpo
                  'JQ001', null, 'an unknown outcome is refused');
 select is((select count(*)::int from jobs.webhook_attempts_v1(endpoint => 'ep', event => 'e2')),
           1, 'the attempts of one event are listed');
+
+-- another tenant's ep is another endpoint; this attempt's own answer is found for a retry of it
+select is((select (r.consecutive_failures, r.disabled)::text
+             from jobs.webhook_record_v1(webhook => 'hook', endpoint_id => 'ep', event_id => 'e9',
+                                         topic => 't', job_id => gen_random_uuid(), attempt => 1,
+                                         outcome => 'failed', disable_after => 1,
+                                         tenant_id => 'acme') r),
+          '(1,t)', 'acme''s ep counts apart and is disabled at its own threshold');
+select is(jobs_test.check(), '(f,f,0)', 'the tenantless ep is untouched');
+select gen_random_uuid() as job9 \gset
+select jobs.webhook_record_v1(webhook => 'hook', endpoint_id => 'ep', event_id => 'e10',
+                              topic => 't', job_id => :'job9', attempt => 2,
+                              outcome => 'throttled', status_code => 429,
+                              retry_after_seconds => 120);
+select is((select (c.this_outcome, c.this_status_code, c.this_retry_after_seconds)::text
+             from jobs.webhook_check_v1(webhook => 'hook', endpoint_id => 'ep', event_id => 'e10',
+                                        job_id => :'job9', attempt => 2) c),
+          '(throttled,429,120)', 'the check answers what this attempt got already');
+select is((select c.this_outcome
+             from jobs.webhook_check_v1(webhook => 'hook', endpoint_id => 'ep', event_id => 'e10',
+                                        job_id => :'job9', attempt => 3) c),
+          null, 'and nothing for the next attempt');
+select is(jobs.enable_webhook_endpoint_v1(endpoint_id => 'ep', tenant_id => 'acme'), 1,
+          'one tenant''s endpoint is enabled on its own');
 
 select * from finish();
 rollback;

@@ -43,7 +43,7 @@ from durajobs._values.records import (
     TaskState,
     WebhookAttempt,
     WebhookCheck,
-    WebhookEndpoint,
+    WebhookEndpointState,
     WebhookRecorded,
     WorkerRecord,
 )
@@ -882,8 +882,23 @@ def backfills(
     return _call("jobs.backfills_v1", BackfillPass.COLUMNS, arguments, _all(BackfillPass.from_row))
 
 
-def webhook_check(webhook: str, endpoint_id: str, event_id: str) -> Call[WebhookCheck]:
-    arguments = {"webhook": webhook, "endpoint_id": endpoint_id, "event_id": event_id}
+def webhook_check(
+    webhook: str,
+    endpoint_id: str,
+    event_id: str,
+    *,
+    tenant_id: str | None = None,
+    job_id: UUID | None = None,
+    attempt: int | None = None,
+) -> Call[WebhookCheck]:
+    arguments = {
+        "webhook": webhook,
+        "endpoint_id": endpoint_id,
+        "event_id": event_id,
+        "tenant_id": tenant_id,
+        "job_id": job_id,
+        "attempt": attempt,
+    }
     return _call(
         "jobs.webhook_check_v1", WebhookCheck.COLUMNS, arguments, _one(WebhookCheck.from_row)
     )
@@ -903,6 +918,7 @@ def webhook_record(
     duration_ms: int | None,
     disable_after: int | None,
     tenant_id: str | None,
+    retry_after_seconds: float | None = None,
 ) -> Call[WebhookRecorded]:
     arguments = {
         "webhook": webhook,
@@ -917,20 +933,26 @@ def webhook_record(
         "duration_ms": duration_ms,
         "disable_after": disable_after,
         "tenant_id": tenant_id,
+        "retry_after_seconds": retry_after_seconds,
     }
     return _call(
         "jobs.webhook_record_v1", WebhookRecorded.COLUMNS, arguments, _one(WebhookRecorded.from_row)
     )
 
 
-def enable_webhook_endpoint(endpoint_id: str) -> Call[bool]:
-    arguments = {"endpoint_id": endpoint_id}
+def enable_webhook_endpoint(
+    endpoint_id: str, *, webhook: str | None = None, tenant_id: str | None = None
+) -> Call[int]:
+    arguments = {"endpoint_id": endpoint_id, "webhook": webhook, "tenant_id": tenant_id}
     return _call("jobs.enable_webhook_endpoint_v1", "", arguments, _scalar, scalar=True)
 
 
-def webhook_endpoints() -> Call[list[WebhookEndpoint]]:
+def webhook_endpoints() -> Call[list[WebhookEndpointState]]:
     return _call(
-        "jobs.webhook_endpoints_v1", WebhookEndpoint.COLUMNS, {}, _all(WebhookEndpoint.from_row)
+        "jobs.webhook_endpoints_v1",
+        WebhookEndpointState.COLUMNS,
+        {},
+        _all(WebhookEndpointState.from_row),
     )
 
 
@@ -940,4 +962,26 @@ def webhook_attempts(
     arguments = {"endpoint": endpoint_id, "event": event_id, "max_rows": max_rows}
     return _call(
         "jobs.webhook_attempts_v1", WebhookAttempt.COLUMNS, arguments, _all(WebhookAttempt.from_row)
+    )
+
+
+def relation_exists(name: str) -> Call[bool]:
+    """Whether the table `name` (as the search path finds it) exists."""
+    return Call(
+        function="to_regclass",
+        sql="select to_regclass(%(name)s) is not null",
+        params={"name": name},
+        decode=_scalar,
+    )
+
+
+def alembic_heads(version_table: str) -> Call[list[Any]]:
+    """The revisions an application's alembic version table holds (check that it exists
+    first: a missing table is an error)."""
+    table = ".".join(f'"{part}"' for part in version_table.split(".", 1))
+    return Call(
+        function=version_table,
+        sql=f"select version_num from {table}",
+        params={},
+        decode=_first_column,
     )

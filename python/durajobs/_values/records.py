@@ -464,11 +464,17 @@ class BackfillPass(Answer):
 
 @dataclass(frozen=True, slots=True)
 class WebhookCheck(Answer):
-    """What a delivery asks before its request (jobs.webhook_check_v1)."""
+    """What a delivery asks before its request (jobs.webhook_check_v1): the endpoint's state,
+    a delivery made already, and the answer this attempt got before a drain handed it back."""
 
     disabled_at: datetime | None
     delivered_at: datetime | None
     consecutive_failures: int
+    this_outcome: str | None
+    this_status_code: int | None
+    this_error: str | None
+    this_retry_after_seconds: float | None
+    this_age_seconds: float | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -480,9 +486,11 @@ class WebhookRecorded(Answer):
 
 
 @dataclass(frozen=True, slots=True)
-class WebhookEndpoint(Answer):
+class WebhookEndpointState(Answer):
     """An endpoint deliveries have reached (jobs.webhook_endpoints_v1)."""
 
+    webhook: str
+    tenant_id: str | None
     endpoint_id: str
     consecutive_failures: int
     disabled_at: datetime | None
@@ -497,14 +505,15 @@ class WebhookAttempt(Answer):
 
     id: int
     webhook: str
+    tenant_id: str | None
     endpoint_id: str
     event_id: str
     topic: str
     job_id: UUID
     attempt: int
-    tenant_id: str | None
     outcome: str
     status_code: int | None
     error: str | None
+    retry_after_seconds: float | None
     duration_ms: int | None
     at: datetime

@@ -1,7 +1,8 @@
 """`durajobs backfill list|pending|run`: the backfills as a deploy gate.
 
 `list` prints the one projection (services.backfills); `pending` exits 1 with X_BACKFILL_PENDING
-while any declared backfill is unswept here, for a deploy pipeline; `run` checks a backfill can
+while any declared backfill is unswept here (not run, failed, or its pass still on its way), for
+a deploy pipeline; `run` checks a backfill can
 run (declared, allowed in this environment, its required migration applied, not completed, not
 live) and, only with --write, enqueues its pass: a dry run is the default, and a backfill never
 runs inline in the command.
@@ -80,11 +81,12 @@ def _cmd_pending(args: argparse.Namespace) -> int:
         report = _report(client, registry, _environment(args))
     if args.json:
         print(render.dumps(report.as_dict()))
-    pending = report.pending
-    if pending:
+    unswept = report.unswept
+    if unswept:
+        named = ", ".join(f"{row.name} ({row.state})" for row in unswept)
         raise BackfillPending(
-            f"{len(pending)} backfill(s) not swept in {report.environment}: {', '.join(pending)}",
-            detail={"environment": report.environment, "pending": list(pending)},
+            f"{len(unswept)} backfill(s) not swept in {report.environment}: {named}",
+            detail={"environment": report.environment, "unswept": [r.name for r in unswept]},
         )
     if not args.json:
         print(f"every backfill is swept in {report.environment}")

@@ -410,15 +410,19 @@ def _cmd_jobs_show(args: argparse.Namespace) -> int:
     with _connect(args) as client:
         detail = job_detail(client.inspect_job(args.id), registry)
         if registry is not None and registry.is_backfill(detail.job["name"]):
-            detail = dataclasses.replace(detail, backfill=_backfill_of(client, registry, detail))
+            environment = args.environment or current_environment()
+            backfill = _backfill_of(client, registry, detail, environment)
+            detail = dataclasses.replace(detail, backfill=backfill)
     return _answer(args, detail.as_json(), _detail_text(detail, args.app))
 
 
-def _backfill_of(client: Client, registry: Registry, detail: JobDetail) -> dict[str, Any]:
+def _backfill_of(
+    client: Client, registry: Registry, detail: JobDetail, environment: str
+) -> dict[str, Any]:
     """The backfill's state as `durajobs backfill list` shows it, and this job's pass."""
     name = detail.job["name"]
     declared = [b for b in registry.backfills() if b.name == name]
-    (status,) = read_report(client.run, declared, current_environment()).rows
+    (status,) = read_report(client.run, declared, environment).rows
     this_pass = next(
         (p for p in client.run(calls.backfills(name)) if str(p.job_id) == str(detail.job["id"])),
         None,
@@ -1036,6 +1040,11 @@ def _add_jobs_actions(actions: Subcommands, with_database: WithDatabase) -> None
     show = _leaf(actions, "show", "one job in full", _cmd_jobs_show, with_database)
     show.add_argument("id", type=_job_id, help="the job's id")
     show.add_argument("--app", help="module:registry declaring the job, for its retries ahead")
+    show.add_argument(
+        "--environment",
+        help="for a backfill's job: the environment its state is read for (default: "
+        "$DURAJOBS_ENVIRONMENT), as `durajobs backfill list --environment`",
+    )
 
     cancel = _leaf(actions, "cancel", "cancel a live job", _cmd_jobs_cancel, with_database)
     cancel.add_argument("id", type=_job_id, help="the job's id")

@@ -33,12 +33,13 @@ from __future__ import annotations
 import asyncio
 import functools
 import hashlib
-import inspect
 import logging
 import math
 import os
+import types
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
@@ -50,6 +51,7 @@ from durajobs.declare.factory import Context, call_off_loop
 from durajobs.errors import (
     ArgumentInvalid,
     BackfillEnvironment,
+    BackfillMigrationPending,
     BackfillStalled,
     DeclarationInvalid,
     DurajobsError,
@@ -63,6 +65,8 @@ MOST_BATCH = 100_000
 DEFAULT_BACKFILL_RATE = 5.0  # pages a second
 ENVIRONMENT_VARIABLE = "DURAJOBS_ENVIRONMENT"
 DEFAULT_ENVIRONMENT = "development"
+VERSION_TABLE = "alembic_version"  # the application's alembic version table
+ALEMBIC_INI = "alembic.ini"  # the application's, in the worker's directory, when it has one
 
 
 def current_environment() -> str:
@@ -114,6 +118,7 @@ class Backfill:
                 f"{environment} (${ENVIRONMENT_VARIABLE})",
                 detail={"backfill": self.name, "environment": environment},
             )
+        await self._check_requires(ctx)
         began = await ctx._call_database(
             calls.backfill_start(
                 self.name,
@@ -160,6 +165,23 @@ class Backfill:
             raise
         await ctx._call_database(calls.backfill_finish(ctx.run_id, status="completed"))
         return {"skipped": False, "batches": batches, "rows": rows}
+
+    async def _check_requires(self, ctx: Context[BackfillInput]) -> None:
+        """The rail under the command's gate: a pass enqueued some other way (job.enqueue, SQL)
+        still refuses to run before the application's migration it needs."""
+        if self.requires is None:
+            return
+        heads: list[str] = []
+        if await ctx._call_database(calls.relation_exists(VERSION_TABLE)):
+            heads = [
+                str(head) for head in await ctx._call_database(calls.alembic_heads(VERSION_TABLE))
+            ]
+        if not revision_applied(heads, self.requires, ALEMBIC_INI):
+            raise BackfillMigrationPending(
+                f"backfill {self.name} requires the application's migration {self.requires}, "
+                "which the database has not applied",
+                detail={"backfill": self.name, "requires": self.requires},
+            )
 
     async def _sweep(self, ctx: Context[BackfillInput]) -> tuple[int, int]:
         after: Any = None
@@ -221,29 +243,69 @@ class Backfill:
             )
 
 
+def revision_applied(
+    heads: Sequence[str], revision: str, alembic_ini: str | Path | None = None
+) -> bool:
+    """Whether alembic revision `revision` is applied where the version table holds `heads`:
+    it is one of them, or (given the application's alembic.ini) an ancestor of one."""
+    if revision in heads:
+        return True
+    if not heads or alembic_ini is None or not Path(alembic_ini).exists():
+        return False
+    from alembic.config import Config
+    from alembic.script import ScriptDirectory
+
+    scripts = ScriptDirectory.from_config(Config(str(alembic_ini)))
+    return any(
+        script.revision == revision
+        for head in heads
+        for script in scripts.iterate_revisions(head, "base")
+    )
+
+
 def checksum_of(
     name: str,
     functions: Sequence[Callable[..., Any] | None],
     requires: str | None,
     environments: Sequence[str],
 ) -> str:
-    """The declaration's fingerprint: its functions' source text (their qualified names where
-    the source cannot be read), what it requires and where it runs; not its rate or batch."""
+    """The declaration's fingerprint: what its functions do (their compiled code, not their
+    source text, so a lambda sharing a line with `rate=` does not take the rate in), what it
+    requires and where it runs; never its rate or batch."""
     digest = hashlib.sha256()
     for part in (name, requires or "", ",".join(sorted(environments))):
         digest.update(part.encode() + b"\0")
     for function in functions:
-        digest.update(_source(function).encode() + b"\0")
+        digest.update(_fingerprint(function) + b"\0")
     return digest.hexdigest()[:16]
 
 
-def _source(function: Callable[..., Any] | None) -> str:
+def _fingerprint(function: object) -> bytes:
+    """What `function` does, as bytes: a function's code (instructions, names, constants, nested
+    functions' too, and not its name or place: moved elsewhere it does the same); a partial's
+    function and arguments; a callable object's class name and __call__; else its name."""
     if function is None:
-        return ""
-    try:
-        return inspect.getsource(function)
-    except (OSError, TypeError):
-        return getattr(function, "__qualname__", type(function).__qualname__)
+        return b""
+    if isinstance(function, functools.partial):
+        bound = repr((function.args, sorted(function.keywords.items()))).encode()
+        return _fingerprint(function.func) + bound
+    target = getattr(function, "__func__", function)  # a bound method: its function
+    code = getattr(target, "__code__", None)
+    if isinstance(code, types.CodeType):
+        return _code_bytes(code)
+    kind = type(target)
+    call = getattr(vars(kind).get("__call__"), "__code__", None)  # a callable object's method
+    label = kind.__qualname__.encode()
+    return label + b"\0" + _code_bytes(call) if isinstance(call, types.CodeType) else label
+
+
+def _code_bytes(code: types.CodeType) -> bytes:
+    constants = b"".join(
+        _code_bytes(constant) if isinstance(constant, types.CodeType) else repr(constant).encode()
+        for constant in code.co_consts
+    )
+    names = repr((code.co_names, code.co_varnames, code.co_freevars)).encode()
+    return code.co_code + names + constants
 
 
 def plan_backfill(

@@ -67,7 +67,26 @@ async def call_off_loop(function: Callable[..., Any], *arguments: Any) -> Any:
     or write must not stall the worker's other attempts."""
     if inspect.iscoroutinefunction(function):
         return await function(*arguments)
-    answer = await asyncio.to_thread(function, *arguments)
+    answer = await thread_outliving_cancel(function, *arguments)
     if inspect.isawaitable(answer):
         return await answer
     return answer
+
+
+async def thread_outliving_cancel(fn: Callable[..., Any], *arguments: Any) -> Any:
+    """Run `fn` in a thread; when the awaiting task is cancelled, wait for the thread before
+    letting the cancel through.
+
+    A thread cannot be stopped: answering a drain's cancel at once handed the run back while
+    this copy still ran, so another worker could run the same step (or page) beside it. The
+    wait holds the attempt instead, as a plain def body does; the drain deadline bounds it.
+    (After a timeout or a lost lease the attempt ends after its short grace either way.)
+    """
+    thread = asyncio.ensure_future(asyncio.to_thread(fn, *arguments))
+    try:
+        return await asyncio.shield(thread)
+    except asyncio.CancelledError:
+        await asyncio.wait({thread})
+        if not thread.cancelled():
+            thread.exception()  # retrieved: the cancel is what this attempt reports
+        raise

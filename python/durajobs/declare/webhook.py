@@ -44,7 +44,7 @@ import httpx
 from pydantic import BaseModel, ConfigDict, Field
 
 from durajobs._db import calls
-from durajobs._values.records import WebhookRecorded
+from durajobs._values.records import WebhookCheck, WebhookRecorded
 from durajobs.declare.factory import Context, call_off_loop
 from durajobs.errors import (
     Draining,
@@ -114,7 +114,7 @@ def retry_after_seconds(response: httpx.Response, now: datetime | None = None) -
     stated = response.headers.get("retry-after", "").strip()
     if not stated:
         return None
-    if stated.isdigit():
+    if stated.isascii() and stated.isdigit():
         seconds = float(stated)
         return seconds if seconds > 0 else None
     try:
@@ -202,11 +202,22 @@ class Webhook:
         """The job's body: ask the ledger, read the endpoint, send, record, judge."""
         event = ctx.input
         check = await ctx._call_database(
-            calls.webhook_check(self.name, event.endpoint_id, event.event_id)
+            calls.webhook_check(
+                self.name,
+                event.endpoint_id,
+                event.event_id,
+                tenant_id=ctx.tenant_id,
+                job_id=ctx.job_id,
+                attempt=ctx.attempt,
+            )
         )
         if check.delivered_at is not None:
             # an earlier attempt's request landed (a drain let it finish): never send twice
             return {"delivered": True, "replayed": True, "endpoint_id": event.endpoint_id}
+        if check.this_outcome is not None:
+            # this attempt was answered, then handed back by a drain uncounted: its answer
+            # stands, as if the drain had not come
+            raise self._handed_back(check)
         if check.disabled_at is not None:
             raise WebhookEndpointDisabled(
                 f"webhook {self.name}: endpoint {event.endpoint_id!r} is disabled since "
@@ -224,72 +235,52 @@ class Webhook:
             (key, value) for key, value in endpoint.headers.items() if key.lower() not in ours_lower
         )
         headers.update(ours)
+        sent = _Sent()
+        delivery = asyncio.ensure_future(self._deliver(ctx, endpoint.url, body, headers, sent))
+        try:
+            return await asyncio.shield(delivery)
+        except asyncio.CancelledError:
+            if not (sent.sent and isinstance(ctx.signal.reason, Draining)):
+                # the deadline, a lost lease, a cancel: abandon the request, record nothing
+                delivery.cancel()
+                raise
+            # a drain once the request is on the wire: it finishes and its answer is recorded
+            # (cut, the next worker would send it again); then the run is handed back, and the
+            # same attempt, run again, takes the recorded answer
+            await asyncio.wait({delivery})
+            if not delivery.cancelled():
+                delivery.exception()  # retrieved: the drain is what this attempt reports
+            raise
+
+    async def _deliver(
+        self,
+        ctx: Context[WebhookEvent],
+        url: str,
+        body: bytes,
+        headers: dict[str, str],
+        sent: _Sent,
+    ) -> dict[str, Any]:
+        """Send, record what came back, judge: one task, so that under a drain the whole of it
+        (the request, closing its connection, the ledger's row) finishes together."""
+        event = ctx.input
         began = time.monotonic()
         try:
-            response = await self._post(ctx, endpoint.url, body, headers, began)
+            async with httpx.AsyncClient(
+                timeout=self.request_timeout,
+                follow_redirects=False,
+                event_hooks={"request": [sent.mark]},
+            ) as client:
+                response = await client.post(url, content=body, headers=headers)
         except httpx.HTTPError as failure:
             error = WebhookDeliveryFailed(
                 f"webhook {self.name}: {endpoint_id_text(event)}: {type(failure).__name__}: "
                 f"{failure}",
                 detail={"webhook": self.name, "endpoint_id": event.endpoint_id},
             )
-            await _finished_under_drain(ctx, self._record(ctx, "failed", None, str(error), began))
+            await self._record(ctx, Verdict("failed", error), None, began)
             raise error from None
-        return await _finished_under_drain(ctx, self._settle(ctx, response, began))
-
-    async def _post(
-        self,
-        ctx: Context[WebhookEvent],
-        url: str,
-        body: bytes,
-        headers: dict[str, str],
-        began: float,
-    ) -> httpx.Response:
-        """POST, abandoned with the attempt (deadline, lost lease, cancel) but finished, and
-        recorded, under a drain once sent."""
-        sent = False
-
-        async def mark_sent(_request: httpx.Request) -> None:
-            nonlocal sent
-            sent = True
-
-        async with httpx.AsyncClient(
-            timeout=self.request_timeout,
-            follow_redirects=False,
-            event_hooks={"request": [mark_sent]},
-        ) as client:
-            post = asyncio.ensure_future(client.post(url, content=body, headers=headers))
-            try:
-                return await asyncio.shield(post)
-            except asyncio.CancelledError:
-                if not (sent and isinstance(ctx.signal.reason, Draining)):
-                    post.cancel()
-                    raise
-                # a drain: the request is on the wire; finish it and record what it got, then
-                # hand the run back (the next attempt finds the delivery in the ledger)
-                try:
-                    response = await post
-                except httpx.HTTPError as failure:
-                    text = f"{type(failure).__name__}: {failure}"
-                    await self._record(ctx, "failed", None, text, began)
-                    raise
-                verdict = judge(response, endpoint_id_text(ctx.input))
-                await self._record(
-                    ctx,
-                    verdict.outcome,
-                    response.status_code,
-                    None if verdict.error is None else str(verdict.error),
-                    began,
-                )
-                raise
-
-    async def _settle(
-        self, ctx: Context[WebhookEvent], response: httpx.Response, began: float
-    ) -> dict[str, Any]:
-        event = ctx.input
-        verdict = judge(response, f"endpoint {event.endpoint_id!r}")
-        error_text = None if verdict.error is None else str(verdict.error)
-        recorded = await self._record(ctx, verdict.outcome, response.status_code, error_text, began)
+        verdict = judge(response, endpoint_id_text(event))
+        recorded = await self._record(ctx, verdict, response.status_code, began)
         if verdict.error is not None:
             if recorded.disabled:
                 verdict.error.detail["disabled"] = True
@@ -301,15 +292,28 @@ class Webhook:
             "event_id": event.event_id,
         }
 
+    def _handed_back(self, check: WebhookCheck) -> DurajobsError:
+        """The error of the answer a handed-back attempt got (never delivered: that one the
+        delivered check answers)."""
+        said = (
+            f"webhook {self.name}: before a drain handed this attempt back, the endpoint "
+            f"answered {check.this_status_code or check.this_error}"
+        )
+        detail: dict[str, Any] = {"webhook": self.name, "status": check.this_status_code}
+        if check.this_outcome == "rejected":
+            return WebhookDeliveryRejected(said, detail=detail)
+        if check.this_outcome == "throttled":
+            stated, age = check.this_retry_after_seconds, check.this_age_seconds or 0.0
+            wait = None if stated is None else max(stated - age, 0.0)
+            detail["retry_after_seconds"] = wait
+            return WebhookDeliveryThrottled(said, retry_after=wait, detail=detail)
+        return WebhookDeliveryFailed(said, detail=detail)
+
     async def _record(
-        self,
-        ctx: Context[WebhookEvent],
-        outcome: str,
-        status: int | None,
-        error: str | None,
-        began: float,
+        self, ctx: Context[WebhookEvent], verdict: Verdict, status: int | None, began: float
     ) -> WebhookRecorded:
         event = ctx.input
+        error = verdict.error
         recorded = await ctx._call_database(
             calls.webhook_record(
                 self.name,
@@ -318,12 +322,13 @@ class Webhook:
                 topic=event.topic,
                 job_id=ctx.job_id,
                 attempt=ctx.attempt,
-                outcome=outcome,
+                outcome=verdict.outcome,
                 status_code=status,
-                error=error,
+                error=None if error is None else str(error),
                 duration_ms=round((time.monotonic() - began) * 1000),
                 disable_after=self.disable_after,
                 tenant_id=ctx.tenant_id,
+                retry_after_seconds=getattr(error, "retry_after", None),
             )
         )
         if recorded.disabled:
@@ -338,19 +343,16 @@ class Webhook:
         return recorded
 
 
-async def _finished_under_drain(ctx: Context[WebhookEvent], recording: Awaitable[T]) -> T:
-    """Await `recording` (the ledger's write of what a sent request got) to its end under a
-    drain, then hand the run back: cut, it would leave no trace of the delivery, and the next
-    worker would send it again. Any other cancel (deadline, lost lease) still cuts it."""
-    task = asyncio.ensure_future(recording)
-    try:
-        return await asyncio.shield(task)
-    except asyncio.CancelledError:
-        if not isinstance(ctx.signal.reason, Draining):
-            task.cancel()
-            raise
-        await task
-        raise
+class _Sent:
+    """Whether a delivery's request has begun to go out (httpx's request hook)."""
+
+    __slots__ = ("sent",)
+
+    def __init__(self) -> None:
+        self.sent = False
+
+    async def mark(self, _request: httpx.Request) -> None:
+        self.sent = True
 
 
 def endpoint_id_text(event: WebhookEvent) -> str:

@@ -19,6 +19,7 @@ from typing import Any, Protocol, TypeVar, overload
 from durajobs._values.durations import Duration, parse_duration
 from durajobs._values.records import EventLookup, StepRecord
 from durajobs._values.states import StepStatus
+from durajobs.declare.factory import thread_outliving_cancel
 from durajobs.declare.registry import DEFAULT_EVENT_POLL
 from durajobs.errors import Aborted, ArgumentInvalid, JobTimeout, StepDuplicate, StepOutputInvalid
 from durajobs.runtime.cancel import CancelSignal
@@ -182,7 +183,7 @@ class AsyncSteps:
                     # the step's own ceiling cancelled it: that is a timeout naming the step
                     raise self._book.timed_out(name, signal) or _aborted(signal) from None
             else:
-                output = await _thread_outliving_cancel(fn, *arguments)
+                output = await thread_outliving_cancel(fn, *arguments)
                 if inspect.isawaitable(output):
                     # `lambda: fetch()` hands back the coroutine of an async function
                     try:
@@ -364,25 +365,6 @@ async def _sleep_step(book: StepBook, name: str, length: timedelta) -> datetime 
     wake_at = now + length
     await book.writer.record_step(name, StepStatus.SLEEPING, wake_at=wake_at)
     return wake_at
-
-
-async def _thread_outliving_cancel(fn: Callable[..., Any], *arguments: Any) -> Any:
-    """Run `fn` in a thread; when the awaiting task is cancelled, wait for the thread before
-    letting the cancel through.
-
-    A thread cannot be stopped: answering a drain's cancel at once handed the run back while
-    this copy of the step still ran, so another worker could run the same step beside it. The
-    wait holds the attempt instead, as a plain def body does; the drain deadline bounds it.
-    (After a timeout or a lost lease the attempt ends after its short grace either way.)
-    """
-    thread = asyncio.ensure_future(asyncio.to_thread(fn, *arguments))
-    try:
-        return await asyncio.shield(thread)
-    except asyncio.CancelledError:
-        await asyncio.wait({thread})
-        if not thread.cancelled():
-            thread.exception()  # retrieved: the cancel is what this attempt reports
-        raise
 
 
 async def _until_cancelled(awaitable: Awaitable[T], signal: CancelSignal) -> T:

@@ -12,8 +12,9 @@ answers and an environment: it reads no clock and no table, so the `durajobs bac
 - failed: the newest pass failed and its job is not live (dead, cancelled, or purged);
 - excluded: the backfill does not run in this environment.
 
-Only pending and failed count as pending for the deploy gate. `orphaned` names the ledger's
-backfills that no declaration names any more.
+Pending and failed are what a `run --all --write` enqueues (`pending`); the deploy gate waits for
+those and for the running ones too (`unswept`): a pass on its way is not a sweep made.
+`orphaned` names the ledger's backfills that no declaration names any more.
 """
 
 from __future__ import annotations
@@ -26,14 +27,15 @@ from typing import Any
 from uuid import UUID
 
 import psycopg
-from psycopg import sql
 
 from durajobs._db import calls
+from durajobs._db.execute import execute
 from durajobs._values.records import BackfillPass, JobSummary
-from durajobs.declare.backfill import Backfill, BackfillState
+from durajobs.declare.backfill import VERSION_TABLE, Backfill, BackfillState, revision_applied
 
 LIVE_STATES = frozenset({"ready", "delayed", "running", "suspended"})
 PENDING_STATES: frozenset[BackfillState] = frozenset({"pending", "failed"})
+UNSWEPT_STATES: frozenset[BackfillState] = frozenset({"pending", "failed", "running"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,7 +89,13 @@ class BackfillReport:
 
     @property
     def pending(self) -> tuple[str, ...]:
+        """The backfills a pass must be enqueued for: never run, or the last pass failed."""
         return tuple(row.name for row in self.rows if row.pending)
+
+    @property
+    def unswept(self) -> tuple[BackfillStatus, ...]:
+        """What the deploy gate waits for: the pending ones and the passes on their way."""
+        return tuple(row for row in self.rows if row.state in UNSWEPT_STATES)
 
     def get(self, name: str) -> BackfillStatus | None:
         return next((row for row in self.rows if row.name == name), None)
@@ -97,6 +105,7 @@ class BackfillReport:
             "environment": self.environment,
             "rows": [row.as_dict() for row in self.rows],
             "pending": list(self.pending),
+            "unswept": [row.name for row in self.unswept],
             "orphaned": list(self.orphaned),
         }
 
@@ -192,31 +201,12 @@ def migration_applied(
     revision: str,
     *,
     alembic_ini: str | Path | None = None,
-    version_table: str = "alembic_version",
+    version_table: str = VERSION_TABLE,
 ) -> bool:
-    """Whether the application's alembic revision `revision` is applied on `connection`: it is
-    one of the version table's heads, or (given the application's alembic.ini) an ancestor of
-    one. No version table means nothing is applied."""
-    name = sql.Identifier(*version_table.split(".", 1))
+    """Whether the application's alembic revision `revision` is applied on `connection` (see
+    declare.backfill.revision_applied). No version table means nothing is applied."""
     with connection.transaction():
-        exists = connection.execute(
-            "select to_regclass(%s) is not null", (version_table,)
-        ).fetchone()
-        if exists is None or not exists[0]:
+        if not execute(connection, calls.relation_exists(version_table)):
             return False
-        heads = [
-            row[0] for row in connection.execute(sql.SQL("select version_num from {}").format(name))
-        ]
-    if revision in heads:
-        return True
-    if alembic_ini is None or not Path(alembic_ini).exists():
-        return False
-    from alembic.config import Config
-    from alembic.script import ScriptDirectory
-
-    scripts = ScriptDirectory.from_config(Config(str(alembic_ini)))
-    return any(
-        script.revision == revision
-        for head in heads
-        for script in scripts.iterate_revisions(head, "base")
-    )
+        heads = [str(head) for head in execute(connection, calls.alembic_heads(version_table))]
+    return revision_applied(heads, revision, alembic_ini)

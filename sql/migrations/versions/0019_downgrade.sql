@@ -17,15 +17,15 @@ drop function if exists jobs.backfill_start_v1(name text, run_id uuid, job_id uu
 
 drop function if exists jobs.backfills_v1(backfill text, max_rows integer);
 
-drop function if exists jobs.enable_webhook_endpoint_v1(endpoint_id text);
+drop function if exists jobs.enable_webhook_endpoint_v1(endpoint_id text, webhook text, tenant_id text);
 
 drop function if exists jobs.webhook_attempts_v1(endpoint text, event text, max_rows integer);
 
-drop function if exists jobs.webhook_check_v1(webhook text, endpoint_id text, event_id text);
+drop function if exists jobs.webhook_check_v1(webhook text, endpoint_id text, event_id text, tenant_id text, job_id uuid, attempt integer);
 
 drop function if exists jobs.webhook_endpoints_v1();
 
-drop function if exists jobs.webhook_record_v1(webhook text, endpoint_id text, event_id text, topic text, job_id uuid, attempt integer, outcome text, status_code integer, error text, duration_ms integer, disable_after integer, tenant_id text);
+drop function if exists jobs.webhook_record_v1(webhook text, endpoint_id text, event_id text, topic text, job_id uuid, attempt integer, outcome text, status_code integer, error text, duration_ms integer, disable_after integer, tenant_id text, retry_after_seconds double precision);
 
 CREATE OR REPLACE FUNCTION jobs.grant_roles(enqueuer name DEFAULT 'durajobs_enqueuer'::name, worker name DEFAULT 'durajobs_worker'::name, operator name DEFAULT 'durajobs_operator'::name)
  RETURNS TABLE(kind text, role_name name, created boolean)

@@ -26,35 +26,41 @@ create table jobs.backfills (
 create index backfills_name_idx on jobs.backfills (name, started_at desc, id desc);
 
 create table jobs.webhook_endpoints (
-  endpoint_id text primary key check (length(endpoint_id) between 1 and 200),
+  webhook text not null,
+  tenant_key text not null,
+  endpoint_id text not null check (length(endpoint_id) between 1 and 200),
   consecutive_failures integer not null default 0 check (consecutive_failures >= 0),
   disabled_at timestamptz,
   disabled_reason text,
   last_attempt_at timestamptz,
-  last_delivered_at timestamptz
+  last_delivered_at timestamptz,
+  primary key (webhook, tenant_key, endpoint_id)
 );
 
 create table jobs.webhook_attempts (
   id bigint generated always as identity primary key,
   webhook text not null,
+  tenant_key text not null,
   endpoint_id text not null,
   event_id text not null,
   topic text not null,
   job_id uuid not null,
   attempt integer not null,
-  tenant_id text,
   -- delivered (2xx), rejected (other 4xx, 3xx: terminal), throttled (429 or 503 with a
   -- Retry-After), failed (5xx, a network failure, a timeout of the request itself)
   outcome text not null check (outcome in ('delivered', 'rejected', 'throttled', 'failed')),
   status_code integer,
   error text check (length(error) <= 2000),
+  retry_after_seconds double precision check (retry_after_seconds >= 0),
   duration_ms integer,
   at timestamptz not null
 );
 
 create index webhook_attempts_delivered_idx
-  on jobs.webhook_attempts (webhook, endpoint_id, event_id)
+  on jobs.webhook_attempts (webhook, tenant_key, endpoint_id, event_id)
   where outcome = 'delivered';
+
+create index webhook_attempts_job_idx on jobs.webhook_attempts (job_id, attempt);
 
 create index webhook_attempts_endpoint_idx on jobs.webhook_attempts (endpoint_id, at desc, id desc);
 
@@ -190,26 +196,34 @@ begin
 end;
 $function$;
 
-CREATE OR REPLACE FUNCTION jobs.enable_webhook_endpoint_v1(endpoint_id text)
- RETURNS boolean
+CREATE OR REPLACE FUNCTION jobs.enable_webhook_endpoint_v1(endpoint_id text, webhook text DEFAULT NULL::text, tenant_id text DEFAULT NULL::text)
+ RETURNS integer
  LANGUAGE plpgsql
  SECURITY DEFINER
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 declare
-  v_was timestamptz;
+  v_was integer;
 begin
   perform jobs._require(array['operator'], 'jobs.enable_webhook_endpoint_v1');
   perform jobs._check_label('jobs.enable_webhook_endpoint_v1', 'endpoint_id',
                             enable_webhook_endpoint_v1.endpoint_id);
-  select e.disabled_at into v_was
-    from jobs.webhook_endpoints e
-   where e.endpoint_id = enable_webhook_endpoint_v1.endpoint_id
-     for update;
-  update jobs.webhook_endpoints e
-     set disabled_at = null, disabled_reason = null, consecutive_failures = 0
-   where e.endpoint_id = enable_webhook_endpoint_v1.endpoint_id;
-  return v_was is not null;
+  with enabled as (
+    update jobs.webhook_endpoints e
+       set disabled_at = null, disabled_reason = null, consecutive_failures = 0
+      from jobs.webhook_endpoints old
+     where old.webhook = e.webhook
+       and old.tenant_key = e.tenant_key
+       and old.endpoint_id = e.endpoint_id
+       and e.endpoint_id = enable_webhook_endpoint_v1.endpoint_id
+       and (enable_webhook_endpoint_v1.webhook is null
+            or e.webhook = enable_webhook_endpoint_v1.webhook)
+       and (enable_webhook_endpoint_v1.tenant_id is null
+            or e.tenant_key = enable_webhook_endpoint_v1.tenant_id)
+    returning old.disabled_at
+  )
+  select count(*) filter (where d.disabled_at is not null) into v_was from enabled d;
+  return v_was;
 end;
 $function$;
 
@@ -504,7 +518,7 @@ AS $function$
 $function$;
 
 CREATE OR REPLACE FUNCTION jobs.webhook_attempts_v1(endpoint text DEFAULT NULL::text, event text DEFAULT NULL::text, max_rows integer DEFAULT 100)
- RETURNS TABLE(id bigint, webhook text, endpoint_id text, event_id text, topic text, job_id uuid, attempt integer, tenant_id text, outcome text, status_code integer, error text, duration_ms integer, at timestamp with time zone)
+ RETURNS TABLE(id bigint, webhook text, tenant_id text, endpoint_id text, event_id text, topic text, job_id uuid, attempt integer, outcome text, status_code integer, error text, retry_after_seconds double precision, duration_ms integer, at timestamp with time zone)
  LANGUAGE plpgsql
  STABLE SECURITY DEFINER
  SET search_path TO 'pg_catalog', 'pg_temp'
@@ -515,8 +529,9 @@ begin
     perform jobs._invalid('jobs.webhook_attempts_v1', 'max_rows', 'must be from 1 to 10,000');
   end if;
   return query
-    select a.id, a.webhook, a.endpoint_id, a.event_id, a.topic, a.job_id, a.attempt, a.tenant_id,
-           a.outcome, a.status_code, a.error, a.duration_ms, a.at
+    select a.id, a.webhook, nullif(a.tenant_key, ''), a.endpoint_id, a.event_id, a.topic,
+           a.job_id, a.attempt, a.outcome, a.status_code, a.error, a.retry_after_seconds,
+           a.duration_ms, a.at
       from jobs.webhook_attempts a
      where (webhook_attempts_v1.endpoint is null or a.endpoint_id = webhook_attempts_v1.endpoint)
        and (webhook_attempts_v1.event is null or a.event_id = webhook_attempts_v1.event)
@@ -525,33 +540,50 @@ begin
 end;
 $function$;
 
-CREATE OR REPLACE FUNCTION jobs.webhook_check_v1(webhook text, endpoint_id text, event_id text)
- RETURNS TABLE(disabled_at timestamp with time zone, delivered_at timestamp with time zone, consecutive_failures integer)
+CREATE OR REPLACE FUNCTION jobs.webhook_check_v1(webhook text, endpoint_id text, event_id text, tenant_id text DEFAULT NULL::text, job_id uuid DEFAULT NULL::uuid, attempt integer DEFAULT NULL::integer)
+ RETURNS TABLE(disabled_at timestamp with time zone, delivered_at timestamp with time zone, consecutive_failures integer, this_outcome text, this_status_code integer, this_error text, this_retry_after_seconds double precision, this_age_seconds double precision)
  LANGUAGE plpgsql
  STABLE SECURITY DEFINER
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
+declare
+  v_tenant text := coalesce(webhook_check_v1.tenant_id, '');
 begin
   perform jobs._require(array['worker'], 'jobs.webhook_check_v1');
   perform jobs._check_label('jobs.webhook_check_v1', 'webhook', webhook_check_v1.webhook);
   perform jobs._check_label('jobs.webhook_check_v1', 'endpoint_id', webhook_check_v1.endpoint_id);
   perform jobs._check_label('jobs.webhook_check_v1', 'event_id', webhook_check_v1.event_id);
+  perform jobs._check_label('jobs.webhook_check_v1', 'tenant_id', webhook_check_v1.tenant_id,
+                            false);
   return query
     select e.disabled_at,
            (select max(a.at)
               from jobs.webhook_attempts a
              where a.webhook = webhook_check_v1.webhook
+               and a.tenant_key = v_tenant
                and a.endpoint_id = webhook_check_v1.endpoint_id
                and a.event_id = webhook_check_v1.event_id
                and a.outcome = 'delivered'),
-           coalesce(e.consecutive_failures, 0)
+           coalesce(e.consecutive_failures, 0),
+           t.outcome, t.status_code, t.error, t.retry_after_seconds,
+           extract(epoch from jobs._now() - t.at)::double precision
       from (select 1) one
-      left join jobs.webhook_endpoints e on e.endpoint_id = webhook_check_v1.endpoint_id;
+      left join jobs.webhook_endpoints e
+        on e.webhook = webhook_check_v1.webhook
+       and e.tenant_key = v_tenant
+       and e.endpoint_id = webhook_check_v1.endpoint_id
+      left join lateral (
+        select a.outcome, a.status_code, a.error, a.retry_after_seconds, a.at
+          from jobs.webhook_attempts a
+         where a.job_id = webhook_check_v1.job_id
+           and a.attempt = webhook_check_v1.attempt
+         order by a.id desc
+         limit 1) t on true;
 end;
 $function$;
 
 CREATE OR REPLACE FUNCTION jobs.webhook_endpoints_v1()
- RETURNS TABLE(endpoint_id text, consecutive_failures integer, disabled_at timestamp with time zone, disabled_reason text, last_attempt_at timestamp with time zone, last_delivered_at timestamp with time zone)
+ RETURNS TABLE(webhook text, tenant_id text, endpoint_id text, consecutive_failures integer, disabled_at timestamp with time zone, disabled_reason text, last_attempt_at timestamp with time zone, last_delivered_at timestamp with time zone)
  LANGUAGE plpgsql
  STABLE SECURITY DEFINER
  SET search_path TO 'pg_catalog', 'pg_temp'
@@ -559,14 +591,14 @@ AS $function$
 begin
   perform jobs._require(array['worker', 'operator'], 'jobs.webhook_endpoints_v1');
   return query
-    select e.endpoint_id, e.consecutive_failures, e.disabled_at, e.disabled_reason,
-           e.last_attempt_at, e.last_delivered_at
+    select e.webhook, nullif(e.tenant_key, ''), e.endpoint_id, e.consecutive_failures,
+           e.disabled_at, e.disabled_reason, e.last_attempt_at, e.last_delivered_at
       from jobs.webhook_endpoints e
-     order by e.disabled_at is null, e.endpoint_id;
+     order by e.disabled_at is null, e.endpoint_id, e.webhook, e.tenant_key;
 end;
 $function$;
 
-CREATE OR REPLACE FUNCTION jobs.webhook_record_v1(webhook text, endpoint_id text, event_id text, topic text, job_id uuid, attempt integer, outcome text, status_code integer DEFAULT NULL::integer, error text DEFAULT NULL::text, duration_ms integer DEFAULT NULL::integer, disable_after integer DEFAULT NULL::integer, tenant_id text DEFAULT NULL::text)
+CREATE OR REPLACE FUNCTION jobs.webhook_record_v1(webhook text, endpoint_id text, event_id text, topic text, job_id uuid, attempt integer, outcome text, status_code integer DEFAULT NULL::integer, error text DEFAULT NULL::text, duration_ms integer DEFAULT NULL::integer, disable_after integer DEFAULT NULL::integer, tenant_id text DEFAULT NULL::text, retry_after_seconds double precision DEFAULT NULL::double precision)
  RETURNS TABLE(consecutive_failures integer, disabled boolean)
  LANGUAGE plpgsql
  SECURITY DEFINER
@@ -574,6 +606,7 @@ CREATE OR REPLACE FUNCTION jobs.webhook_record_v1(webhook text, endpoint_id text
 AS $function$
 declare
   v_now timestamptz := jobs._now();
+  v_tenant text := coalesce(webhook_record_v1.tenant_id, '');
   v_failed boolean := webhook_record_v1.outcome in ('rejected', 'failed');
   v_failures integer;
   v_disabled_at timestamptz;
@@ -584,6 +617,8 @@ begin
                             webhook_record_v1.endpoint_id);
   perform jobs._check_label('jobs.webhook_record_v1', 'event_id', webhook_record_v1.event_id);
   perform jobs._check_label('jobs.webhook_record_v1', 'topic', webhook_record_v1.topic);
+  perform jobs._check_label('jobs.webhook_record_v1', 'tenant_id', webhook_record_v1.tenant_id,
+                            false);
   if outcome is null or outcome not in ('delivered', 'rejected', 'throttled', 'failed') then
     perform jobs._invalid('jobs.webhook_record_v1', 'outcome',
                           'must be delivered, rejected, throttled or failed');
@@ -595,17 +630,24 @@ begin
   if disable_after is not null and disable_after < 1 then
     perform jobs._invalid('jobs.webhook_record_v1', 'disable_after', 'must be NULL or at least 1');
   end if;
+  if retry_after_seconds < 0 or retry_after_seconds in ('NaN', 'Infinity') then
+    perform jobs._invalid('jobs.webhook_record_v1', 'retry_after_seconds',
+                          'must be NULL or a finite number of seconds of at least 0');
+  end if;
 
-  insert into jobs.webhook_attempts (webhook, endpoint_id, event_id, topic, job_id, attempt,
-                                     tenant_id, outcome, status_code, error, duration_ms, at)
-  values (webhook_record_v1.webhook, webhook_record_v1.endpoint_id, webhook_record_v1.event_id,
-          webhook_record_v1.topic, webhook_record_v1.job_id, webhook_record_v1.attempt,
-          webhook_record_v1.tenant_id, webhook_record_v1.outcome, webhook_record_v1.status_code,
-          left(webhook_record_v1.error, 2000), webhook_record_v1.duration_ms, v_now);
+  insert into jobs.webhook_attempts (webhook, tenant_key, endpoint_id, event_id, topic, job_id,
+                                     attempt, outcome, status_code, error, retry_after_seconds,
+                                     duration_ms, at)
+  values (webhook_record_v1.webhook, v_tenant, webhook_record_v1.endpoint_id,
+          webhook_record_v1.event_id, webhook_record_v1.topic, webhook_record_v1.job_id,
+          webhook_record_v1.attempt, webhook_record_v1.outcome, webhook_record_v1.status_code,
+          left(webhook_record_v1.error, 2000), webhook_record_v1.retry_after_seconds,
+          webhook_record_v1.duration_ms, v_now);
 
-  insert into jobs.webhook_endpoints as e (endpoint_id, consecutive_failures, last_attempt_at,
-                                           last_delivered_at)
-  values (webhook_record_v1.endpoint_id, case when v_failed then 1 else 0 end, v_now,
+  insert into jobs.webhook_endpoints as e (webhook, tenant_key, endpoint_id, consecutive_failures,
+                                           last_attempt_at, last_delivered_at)
+  values (webhook_record_v1.webhook, v_tenant, webhook_record_v1.endpoint_id,
+          case when v_failed then 1 else 0 end, v_now,
           case when webhook_record_v1.outcome = 'delivered' then v_now end)
   on conflict on constraint webhook_endpoints_pkey do update
      set consecutive_failures = case
@@ -624,7 +666,9 @@ begin
            disabled_reason = format('%s consecutive failed deliveries, the last %s',
                                     v_failures, coalesce(webhook_record_v1.status_code::text,
                                                          left(webhook_record_v1.error, 200)))
-     where e.endpoint_id = webhook_record_v1.endpoint_id;
+     where e.webhook = webhook_record_v1.webhook
+       and e.tenant_key = v_tenant
+       and e.endpoint_id = webhook_record_v1.endpoint_id;
     return query select v_failures, true;
     return;
   end if;

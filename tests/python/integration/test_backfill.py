@@ -18,7 +18,6 @@ import durajobs
 from durajobs._db import calls
 from durajobs._values.records import BackfillPass
 from durajobs.declare import backfill as backfill_module
-from durajobs.declare.backfill import checksum_of
 from durajobs.declare.retry import RetryPolicy
 from durajobs.errors import DeclarationInvalid
 from durajobs.runtime.worker import Worker
@@ -275,23 +274,27 @@ def test_a_moved_checksum_warns_and_does_not_run_again(database_url, caplog):
     assert len(_ledger(database_url)) == 1
 
 
-def test_rate_and_batch_are_not_part_of_the_checksum():
-    """Item 172: the checksum follows what the pass does, not how fast."""
-
-    def handle(rows: list[Any], signal: object) -> None:
-        return None
-
+def _checksum(**declaration: Any) -> str:
     registry = durajobs.Registry()
-    slow = registry.backfill(name="a", source=lambda p: [], key=lambda r: r, handle=handle, rate=1)
-    del slow
-    fast = durajobs.Registry().backfill(
-        name="a", source=lambda p: [], key=lambda r: r, handle=handle, rate=9, batch=7
+    registry.backfill(name="a", **declaration)
+    (declared,) = registry.backfills()
+    return declared.checksum
+
+
+def test_rate_and_batch_are_not_part_of_the_checksum():
+    """Item 172: the checksum follows what the pass does, not how fast it goes, even for
+    lambdas written on the line that sets the rate (their source text would hold it)."""
+    # each declaration on one line, as a backfill often is
+    slow = _checksum(source=lambda p: [], key=lambda r: r[0], handle=lambda rs, s: None, rate=1)
+    fast = _checksum(source=lambda p: [], key=lambda r: r[0], handle=lambda rs, s: None, rate=9)
+    small = _checksum(source=lambda p: [], key=lambda r: r[0], handle=lambda rs, s: None, batch=7)
+    assert slow == fast == small
+    other_key = _checksum(source=lambda p: [], key=lambda r: r[1], handle=lambda rs, s: None)
+    other_handle = _checksum(source=lambda p: [], key=lambda r: r[0], handle=_test_rate_helper)
+    required = _checksum(
+        source=lambda p: [], key=lambda r: r[0], handle=lambda rs, s: None, requires="rev_2"
     )
-    del fast
-    first = checksum_of("a", [handle], None, [])
-    assert first == checksum_of("a", [handle], None, [])
-    assert first != checksum_of("a", [_test_rate_helper], None, [])
-    assert first != checksum_of("a", [handle], "rev_2", [])
+    assert len({slow, other_key, other_handle, required}) == 4
 
 
 def _test_rate_helper(rows: list[Any], signal: object) -> None:
@@ -542,3 +545,25 @@ def _pass(
         failed_at=at if status == "failed" else None,
         error=None,
     )
+
+
+def test_a_pass_refuses_to_run_before_its_required_migration(database_url):
+    """Item 177, the rail under the gate: a pass enqueued without the command (job.enqueue,
+    SQL) fails X_BACKFILL_MIGRATION_PENDING, retryable, having read nothing, until the
+    application's version table holds the revision; then it runs."""
+    _fill(database_url, 2)
+    source = Source(database_url)
+    registry, _job = _declare(
+        database_url, source=source, requires="app_0002", retry=RetryPolicy.of(attempts=1)
+    )
+    state, error, *_ = _run(database_url, registry)
+    assert state == "dead"
+    assert error is not None
+    assert "X_BACKFILL_MIGRATION_PENDING" in error
+    assert source.asked == []
+    with psycopg.connect(database_url, autocommit=True) as connection:
+        connection.execute("create table alembic_version (version_num varchar(32) primary key)")
+        connection.execute("insert into alembic_version values ('app_0002')")
+    registry, _job = _declare(database_url, source=source, requires="app_0002")
+    assert _run(database_url, registry)[0] == "done"
+    assert source.asked == [None]

@@ -63,7 +63,7 @@ def test_a_backfill_never_enqueued_is_pending_and_the_gate_says_so(cli):
     status, out, err = cli("backfill", "pending")
     assert status == 1
     assert "X_BACKFILL_PENDING" in err
-    assert "items.counted, items.fill" in err
+    assert "items.counted (pending), items.fill (pending)" in err
     assert "items.gated" not in err  # production only: excluded here
     assert "fix: durajobs backfill run --all --write --app" in err
 
@@ -119,9 +119,11 @@ def test_a_completed_backfill_refuses_and_force_enqueues_a_new_pass(cli, databas
         {"force": True},
     ]
     _complete(database_url, "items.counted")
-    # only pending and failed hold the gate: a live pass is on its way
-    status, out, _err = cli("backfill", "pending")
-    assert status == 0
+    # a pass on its way is not a sweep made: the gate waits for it
+    status, _out, err = cli("backfill", "pending")
+    assert status == 1
+    assert "X_BACKFILL_PENDING" in err
+    assert "1 backfill(s) not swept in development: items.fill (running)" in err
     status, out, _err = cli("backfill", "list", "--json")
     states = {row["name"]: row["state"] for row in json.loads(out)["rows"]}
     assert states == {
@@ -129,6 +131,19 @@ def test_a_completed_backfill_refuses_and_force_enqueues_a_new_pass(cli, databas
         "items.fill": "running",
         "items.gated": "excluded",
     }
+
+
+def test_the_gate_waits_for_a_first_pass_on_its_way(cli, database_url):
+    """Item 176: `run --all --write && pending` must not go through while the passes it just
+    enqueued have not swept anything yet."""
+    status, _out, _err = cli("backfill", "run", "--all", "--write")
+    assert status == 0
+    status, out, err = cli("backfill", "pending", "--json")
+    assert status == 1
+    assert "items.counted (running), items.fill (running)" in err
+    report = json.loads(out)
+    assert report["pending"] == []
+    assert report["unswept"] == ["items.counted", "items.fill"]
 
 
 def test_the_gate_passes_when_everything_here_completed(cli, database_url):
@@ -242,3 +257,9 @@ def test_jobs_show_and_list_show_the_same_numbers(cli, database_url):
     status, out, _err = cli("jobs", "show", str(job_id))
     assert "backfill:" in out
     assert "running (this pass: running, 4 batches, 7 rows)" in out
+    # read for another environment, as `backfill list --environment` reads it
+    _status, out, _err = cli("jobs", "show", str(job_id), "--json", "--environment", "qa")
+    assert json.loads(out)["backfill"]["state"] == "running"
+    _status, out, _err = cli("backfill", "list", "--json", "--environment", "production")
+    (gated,) = [r for r in json.loads(out)["rows"] if r["name"] == "items.gated"]
+    assert gated["state"] == "pending"

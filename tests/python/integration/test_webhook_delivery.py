@@ -255,7 +255,7 @@ def test_a_delivery_is_one_signed_post_of_the_encoded_event(database_url, declar
     rows = fetch_all(
         database_url,
         "select outcome, status_code, attempt, job_id, webhook, endpoint_id, event_id, topic, "
-        "tenant_id, error from jobs.webhook_attempts",
+        "tenant_key, error from jobs.webhook_attempts",
     )
     assert rows == [
         ("delivered", 200, 1, enqueued.id, NAME, ENDPOINT, "evt_1", "invoice.paid", "acme", None)
@@ -465,7 +465,7 @@ def test_failures_in_a_row_disable_the_endpoint_and_no_request_follows(
     assert disabled_at is not None
 
     assert fetch_all(database_url, "select jobs.enable_webhook_endpoint_v1(%s)", [ENDPOINT]) == [
-        (True,)
+        (1,)
     ]
     receiver.script = _statuses(200)
     second = job.enqueue(_event("evt_2"))
@@ -613,7 +613,9 @@ def test_a_drain_landing_while_the_answer_is_recorded_still_records_it(
     nothing (a cut write would leave no trace, and the event would be sent twice)."""
     job = declare(_endpoint_at(receiver))
     fetch_all(
-        database_url, "insert into jobs.webhook_endpoints (endpoint_id) values (%s)", [ENDPOINT]
+        database_url,
+        "insert into jobs.webhook_endpoints (webhook, tenant_key, endpoint_id) values (%s, '', %s)",
+        [NAME, ENDPOINT],
     )
     enqueued = job.enqueue(_event())
     with psycopg.connect(database_url) as holder:
@@ -774,3 +776,162 @@ def test_a_row_whose_tenant_is_not_its_events_is_refused_before_the_lookup(
     assert lookup.calls == []
     assert receiver.count() == 0
     assert _ledger(database_url) == []
+
+
+# -- 14. a drain's late answer stands for the attempt it interrupted ----------------------------
+
+
+@pytest.mark.parametrize(
+    ("answer", "outcome", "code"),
+    [
+        (Answer(400, hold=1.0, body=b"no such hook"), "rejected", "X_WEBHOOK_DELIVERY_REJECTED"),
+        (Answer(500, hold=1.0, body=b"down"), "failed", "X_WEBHOOK_DELIVERY_FAILED"),
+    ],
+)
+def test_the_answer_a_drained_attempt_got_is_taken_not_sent_again(
+    database_url, declare, receiver, answer, outcome, code
+):
+    """R85: a 400 (or a 500) that came back after the drain is recorded once; the attempt, run
+    again by the next worker (a drain does not count it), takes that answer instead of sending
+    again: dead at once for the 400, retried for the 500 (whose retry does send)."""
+    receiver.script = lambda _r, index: answer if index == 0 else Answer(200)
+    job = declare(
+        _endpoint_at(receiver), retry=RetryPolicy.of(attempts=2, delay="10ms", jitter=False)
+    )
+    enqueued = job.enqueue(_event())
+    asyncio.run(_drain_once(_worker(job, database_url), lambda: receiver.count() == 1))
+    assert _ledger(database_url) == [(outcome, answer.status, 1, "evt_1")]
+    assert _endpoint_row(database_url)[0] == 1  # counted once
+
+    _run_to_end(database_url, job, enqueued.id)
+    row = _job_row(database_url, enqueued.id)
+    if outcome == "rejected":
+        assert (row["state"], row["attempt"], row["code"]) == ("dead", 1, code)
+        assert receiver.count() == 1  # the 400 was not asked for again
+        assert len(_ledger(database_url)) == 1
+    else:
+        assert (row["state"], row["attempt"]) == ("done", 2)
+        assert receiver.count() == 2  # the retry, attempt 2, sent once more
+        assert _ledger(database_url) == [
+            ("failed", 500, 1, "evt_1"),
+            ("delivered", 200, 2, "evt_1"),
+        ]
+
+
+def test_a_throttled_answer_under_a_drain_keeps_its_stated_wait(database_url, declare, receiver):
+    """R85: a 429 with Retry-After that came back after the drain is not forgotten: the attempt
+    run again takes it and waits out what is left of the stated time, without a request."""
+    receiver.script = lambda _r, _i: Answer(429, hold=1.0, headers={"Retry-After": "120"})
+    job = declare(_endpoint_at(receiver), retry=RetryPolicy.of(attempts=3, max_delay="1h"))
+    enqueued = job.enqueue(_event())
+    asyncio.run(_drain_once(_worker(job, database_url), lambda: receiver.count() == 1))
+    (recorded,) = fetch_all(database_url, "select retry_after_seconds from jobs.webhook_attempts")
+    assert recorded == (120.0,)
+
+    def waiting_again() -> bool:
+        row = _job_row(database_url, enqueued.id)
+        return row["code"] == "X_WEBHOOK_DELIVERY_THROTTLED"
+
+    asyncio.run(run_until(_worker(job, database_url), waiting_again))
+    row = _job_row(database_url, enqueued.id)
+    assert row["state"] in ("ready", "delayed")
+    assert row["attempt"] == 1  # the drained attempt, taken again: one counted
+    assert 110 < row["due_in"] <= 120 * 1.25 + 5
+    assert receiver.count() == 1
+
+
+def test_a_connection_dropped_under_a_drain_is_one_failure(database_url, declare, receiver):
+    """R85: the request was sent and the endpoint hung up without answering while the drain
+    waited: one failed attempt in the ledger (never two), counted once."""
+    receiver.script = lambda _r, _i: Answer(200, hold=1.0, drop=True)
+    job = declare(_endpoint_at(receiver))
+    enqueued = job.enqueue(_event())
+    asyncio.run(_drain_once(_worker(job, database_url), lambda: receiver.count() == 1))
+    ((outcome, status, _attempt, _event_id),) = _ledger(database_url)
+    assert (outcome, status) == ("failed", None)
+    assert _endpoint_row(database_url)[0] == 1
+    assert _job_row(database_url, enqueued.id)["state"] == "ready"
+
+
+# -- 15. a cancel or a lost lease records nothing either ------------------------------------
+
+
+def test_an_operator_cancel_aborts_the_request_and_records_nothing(database_url, declare, receiver):
+    """R84: cancelled while the endpoint holds the request: the request is abandoned, and no
+    ledger row counts it against the endpoint."""
+    receiver.script = lambda _r, _i: Answer(500, hold=3.0)
+    job = declare(_endpoint_at(receiver))
+    enqueued = job.enqueue(_event())
+    worker = Worker(job.registry, database_url, listen=False, visibility=timedelta(seconds=1))
+
+    def cancelled() -> bool:
+        if receiver.count() == 1 and not cancelled.done:  # type: ignore[attr-defined]
+            cancelled.done = True  # type: ignore[attr-defined]
+            fetch_all(database_url, "select jobs.cancel(id => %s)", [enqueued.id])
+        return bool(receiver.aborted) and worker.stats().in_flight == 0
+
+    cancelled.done = False  # type: ignore[attr-defined]
+    asyncio.run(asyncio.wait_for(run_until(worker, cancelled), timeout=10))
+    assert _job_row(database_url, enqueued.id)["state"] == "cancelled"
+    assert _ledger(database_url) == []
+    assert _endpoint_row(database_url) is None
+
+
+def test_a_lost_lease_aborts_the_request_and_records_nothing(database_url, declare, receiver):
+    """R84: another claim took the row while the request was held (the lease lapsed): the
+    request is abandoned and nothing is recorded."""
+    receiver.script = lambda _r, _i: Answer(500, hold=3.0)
+    job = declare(_endpoint_at(receiver))
+    enqueued = job.enqueue(_event())
+    worker = Worker(job.registry, database_url, listen=False, visibility=timedelta(seconds=1))
+
+    def lost() -> bool:
+        if receiver.count() == 1 and not lost.done:  # type: ignore[attr-defined]
+            lost.done = True  # type: ignore[attr-defined]
+            # what a second claimer does to a lapsed row: the fence moves past this attempt
+            fetch_all(
+                database_url,
+                "update jobs.jobs_live set claims = claims + 1, claimed_by = 'thief' where id = %s",
+                [enqueued.id],
+            )
+        return bool(receiver.aborted) and worker.stats().in_flight == 0
+
+    lost.done = False  # type: ignore[attr-defined]
+    asyncio.run(asyncio.wait_for(run_until(worker, lost), timeout=10))
+    assert _ledger(database_url) == []
+    assert _endpoint_row(database_url) is None
+
+
+# -- 16. tenants ------------------------------------------------------------------------------
+
+
+def test_two_tenants_endpoints_of_one_id_are_two_endpoints(database_url, declare, receiver):
+    """One tenant's ep_1 failing never disables another's, and one's delivery of evt_1 is not
+    the other's."""
+    receiver.script = lambda request, _i: Answer(500 if b"acme" in request.body else 200)
+    job = declare(
+        _endpoint_at(receiver),
+        tenant=lambda event: event.tenant_id,
+        disable_after=1,
+        retry=RetryPolicy.of(attempts=1),
+    )
+    acme = job.enqueue(_event(tenant_id="acme", payload={"who": "acme"}))
+    _run_to_end(database_url, job, acme.id)
+    globex = job.enqueue(_event(tenant_id="globex", payload={"who": "globex"}))
+    _run_to_end(database_url, job, globex.id)
+    assert _job_row(database_url, acme.id)["code"] == "X_WEBHOOK_DELIVERY_FAILED"
+    assert _job_row(database_url, globex.id)["state"] == "done"
+    assert receiver.count() == 2
+    rows = fetch_all(
+        database_url,
+        "select tenant_key, consecutive_failures, disabled_at is not null"
+        " from jobs.webhook_endpoints order by tenant_key",
+    )
+    assert rows == [("acme", 1, True), ("globex", 0, False)]
+    # and a redelivery of acme's evt_1 is not answered by globex's delivery
+    assert fetch_all(
+        database_url,
+        "select delivered_at is null from jobs.webhook_check_v1(webhook => %s,"
+        " endpoint_id => %s, event_id => 'evt_1', tenant_id => 'acme')",
+        [NAME, ENDPOINT],
+    ) == [(True,)]

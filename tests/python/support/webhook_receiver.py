@@ -47,6 +47,7 @@ class Answer:
     headers: dict[str, str] = field(default_factory=dict)
     body: bytes = b""
     hold: float = 0.0
+    drop: bool = False  # after the hold, close the connection without answering
 
 
 Script = Callable[[Received, int], Answer]  # the request, and how many came before it
@@ -130,6 +131,10 @@ def _handler_for(receiver: Receiver) -> type[BaseHTTPRequestHandler]:
             if answer.hold and not receiver._hold(self.connection, answer.hold):
                 receiver._note(receiver.aborted, request)
                 self.close_connection = True
+                return
+            if answer.drop:
+                self.close_connection = True
+                self.connection.shutdown(socket.SHUT_RDWR)
                 return
             try:
                 self.send_response(answer.status)
