@@ -22702,8 +22702,6 @@ begin
   if force is null then
     perform jobs._invalid('jobs.backfill_start_v1', 'force', 'must be true or false');
   end if;
-  perform pg_advisory_xact_lock(hashtextextended('jobs.backfill:' || backfill_start_v1.name, 0));
-
   update jobs.backfills b
      set status = 'running', completed_at = null, failed_at = null, error = null,
          updated_at = v_now

@@ -4,8 +4,9 @@
 -- gate. Only a completed pass blocks a backfill from running again: a failed or interrupted one
 -- is resumed by its own retry (which adopts its row) or replaced by a new pass.
 --
--- Tables: jobs.backfills. Locks: the pass's row; a transaction advisory lock on the backfill's
--- name while a pass starts, so two starts of one name cannot both miss a completed pass.
+-- Tables: jobs.backfills. Locks: the pass's row. Two live passes of one name cannot start
+-- together: the name is the job's idempotency key, so its job is one at a time (a forced pass
+-- enqueued by hand beside a live one is its own row, and both run).
 
 create table jobs.backfills (
   id bigint generated always as identity primary key,
@@ -38,8 +39,7 @@ create index backfills_name_idx on jobs.backfills (name, started_at desc, id des
 -- kept, its completion and failure cleared), 'skipped' (a pass of this name completed and force
 -- is false: nothing to do; previous_run_id and previous_checksum name that pass) or 'started' (a
 -- new row). batches and rows_processed are the row's counts (zero when skipped).
--- Raises X_ARGUMENT_INVALID, X_PERMISSION_DENIED (worker kind). Locks the name (advisory, for the
--- transaction) and the run's row.
+-- Raises X_ARGUMENT_INVALID, X_PERMISSION_DENIED (worker kind). Locks the run's row.
 create function jobs.backfill_start_v1(
   name text,
   run_id uuid,
@@ -79,8 +79,6 @@ begin
   if force is null then
     perform jobs._invalid('jobs.backfill_start_v1', 'force', 'must be true or false');
   end if;
-  perform pg_advisory_xact_lock(hashtextextended('jobs.backfill:' || backfill_start_v1.name, 0));
-
   update jobs.backfills b
      set status = 'running', completed_at = null, failed_at = null, error = null,
          updated_at = v_now
