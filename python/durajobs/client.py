@@ -194,7 +194,7 @@ class Client:
 
     def inspect_job(self, id: UUID) -> dict[str, Any]:
         """The `jobs.inspect_job` document: the row, its step trace, whether its queue is paused
-        (`durajobs.cli.inspection.job_detail` adds the retries a declaration still allows)."""
+        (`durajobs.display.inspection.job_detail` adds the retries a declaration still allows)."""
         return self.run(calls.inspect_job(id))
 
     def queue_depth(self, queues: Sequence[str] | None = None) -> list[QueueDepth]:

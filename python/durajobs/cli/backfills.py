@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import argparse
 
-from durajobs.cli import render
 from durajobs.cli.operator import Run, Subcommands, WithDatabase
 from durajobs.cli.support import database_url, load_registry
 from durajobs.client import Client
 from durajobs.declare.backfill import ENVIRONMENT_VARIABLE, Backfill, current_environment
 from durajobs.declare.registry import Registry
+from durajobs.display import render
 from durajobs.errors import (
     BackfillApplied,
     BackfillEnvironment,

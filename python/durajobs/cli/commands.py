@@ -33,7 +33,7 @@ from durajobs.cli.support import (
 from durajobs.client import Client
 from durajobs.declare.catalogue import conflict_error, conflicts, deploy_label, difference_text
 from durajobs.declare.enqueue import EnqueueRequest
-from durajobs.errors import ArgumentInvalid, DurajobsError, JobInputInvalid
+from durajobs.errors import ArgumentInvalid, ConfigInvalid, DurajobsError, JobInputInvalid
 from durajobs.observe.tracing import checked_traceparent, current_traceparent
 from durajobs.runtime import loop as event_loop
 
@@ -172,6 +172,41 @@ def _cmd_enqueue(args: argparse.Namespace) -> int:
     else:
         verdict = "deduped onto live job" if result.deduped else "enqueued job"
         print(f"{verdict} {result.id} (run {result.run_id})")
+    return 0
+
+
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+
+def _cmd_dashboard(args: argparse.Namespace) -> int:
+    """Serve the dashboard; off the loopback only with an auth token."""
+    token = args.auth_token or os.environ.get("DURAJOBS_DASHBOARD_TOKEN") or None
+    if args.host not in LOOPBACK and token is None:
+        raise ConfigInvalid(
+            f"the dashboard would listen on {args.host} with no auth token: anyone who reaches "
+            "it could requeue and remove jobs",
+            detail={"field": "--auth-token"},
+            hint='durajobs dashboard --host 0.0.0.0 --auth-token "$(openssl rand -hex 24)"',
+        )
+    try:
+        import uvicorn
+
+        from durajobs.dashboard import app
+    except ImportError as missing:
+        raise ConfigInvalid(
+            f"the dashboard needs its extra ({missing.name} is not installed)",
+            detail={"field": "dashboard"},
+            hint="pip install 'durajobs[dashboard]'",
+        ) from None
+    registry = load_registry(args.app) if args.app else None
+    served = app(
+        database_url(args.database_url),
+        read_only=args.read_only,
+        auth_token=token,
+        registry=registry,
+    )
+    print(f"dashboard on http://{args.host}:{args.port}/", flush=True)
+    uvicorn.run(served, host=args.host, port=args.port, log_level="warning")
     return 0
 
 
@@ -442,6 +477,20 @@ def _parser() -> argparse.ArgumentParser:
     )
     relay_command.add_argument("--relay-id", help="this relay's id (default: host:pid:random)")
     relay_command.set_defaults(run=_cmd_relay)
+
+    dashboard = with_database(
+        commands.add_parser("dashboard", help="serve the operator dashboard (a web UI)")
+    )
+    dashboard.add_argument("--host", default="127.0.0.1", help="where to listen (127.0.0.1)")
+    dashboard.add_argument("--port", type=int, default=8080, help="the port (8080)")
+    dashboard.add_argument(
+        "--auth-token",
+        help="required off the loopback: a browser signs in with it, a script sends "
+        "`Authorization: Bearer TOKEN` (default: $DURAJOBS_DASHBOARD_TOKEN)",
+    )
+    dashboard.add_argument("--read-only", action="store_true", help="refuse every action")
+    dashboard.add_argument("--app", help="module:registry, for each job's retries ahead")
+    dashboard.set_defaults(run=_cmd_dashboard)
 
     demo_command = with_database(commands.add_parser("demo", help="run the demo"))
     demo_command.add_argument("--users", type=int, default=40, help="sign-ups to process (40)")

@@ -113,8 +113,6 @@ from durajobs._values.records import (
     TaskState,
     WorkerRecord,
 )
-from durajobs.cli import render
-from durajobs.cli.inspection import JobDetail, job_detail
 from durajobs.cli.support import (
     add_retention_options,
     database_url,
@@ -124,6 +122,8 @@ from durajobs.cli.support import (
 )
 from durajobs.client import Client
 from durajobs.declare.backfill import current_environment
+from durajobs.display import render
+from durajobs.display.inspection import JobDetail, job_detail
 from durajobs.errors import (
     ArgumentInvalid,
     DurajobsError,

@@ -15,8 +15,8 @@ import pytest
 
 import durajobs
 from durajobs._db import calls
-from durajobs.cli.inspection import job_detail
 from durajobs.declare.retry import RetryPolicy
+from durajobs.display.inspection import job_detail
 from durajobs.runtime.attempt import JobContext
 from durajobs.runtime.worker import Worker
 from support.factory import declare

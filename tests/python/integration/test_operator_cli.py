@@ -15,7 +15,7 @@ import pytest
 from durajobs._db import calls
 from durajobs._values.states import StepStatus
 from durajobs.cli import main
-from durajobs.cli.inspection import job_detail
+from durajobs.display.inspection import job_detail
 from support.apps import OPERATOR_APP
 from support.paths import TESTS
 from support.states import (

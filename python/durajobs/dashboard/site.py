@@ -1,0 +1,112 @@
+"""One dashboard's state: where it reads, what it may do, who may see it, and how a page is
+rendered and an action answered."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from pathlib import Path
+from typing import Any, TypeVar
+from urllib.parse import urlencode
+
+from jinja2 import Environment, FileSystemLoader, select_autoescape
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, RedirectResponse, Response
+
+from durajobs._db.calls import Call
+from durajobs._db.database import AsyncDatabase
+from durajobs.dashboard import security
+from durajobs.declare.registry import Registry
+from durajobs.display import render
+from durajobs.errors import ConfigInvalid
+
+HERE = Path(__file__).parent
+T = TypeVar("T")
+
+
+class Dashboard:
+    """One dashboard: where it reads, what it may do, and who may see it."""
+
+    def __init__(
+        self,
+        database_url: str,
+        *,
+        read_only: bool = False,
+        auth_token: str | None = None,
+        auth: security.Auth | None = None,
+        registry: Registry | None = None,
+        refresh_seconds: int = 5,
+    ) -> None:
+        if auth_token is not None and (not isinstance(auth_token, str) or len(auth_token) < 16):
+            raise ConfigInvalid(
+                "the dashboard's auth token must be at least 16 characters",
+                detail={"field": "auth_token"},
+            )
+        self.database_url = database_url
+        self.read_only = read_only
+        self.auth_token = auth_token
+        self.auth = auth
+        self.registry = registry
+        self.refresh_seconds = refresh_seconds
+        self._database: AsyncDatabase | None = None
+        self._opening = asyncio.Lock()
+        self.templates = Environment(
+            loader=FileSystemLoader(HERE / "templates"),
+            autoescape=select_autoescape(default=True, default_for_string=True),
+            trim_blocks=True,
+            lstrip_blocks=True,
+        )
+        self.templates.filters.update(
+            when=render.when, span=render.span, text=render.text, clip=render.clip
+        )
+
+    async def run(self, call: Call[T]) -> T:
+        """Run one operator call, opening the pool on first use."""
+        if self._database is None:
+            async with self._opening:
+                if self._database is None:
+                    database = AsyncDatabase(self.database_url, min_size=1, max_size=4)
+                    await database.open()
+                    self._database = database
+        return await self._database.run(call)
+
+    async def close(self) -> None:
+        if self._database is not None:
+            await self._database.close()
+            self._database = None
+
+    def page(self, request: Request, template: str, **context: Any) -> Response:
+        """Render `template` for `request`, with what every page needs."""
+        token = security.csrf_token(request) or security.new_csrf_token()
+        body = self.templates.get_template(template).render(
+            request=request,
+            csrf_field=security.CSRF_FIELD,
+            csrf_token=token,
+            read_only=self.read_only,
+            refresh_seconds=self.refresh_seconds,
+            done=request.query_params.get("done"),
+            base=request.scope.get("root_path", ""),
+            **context,
+        )
+        response = HTMLResponse(body, status_code=context.get("status", 200))
+        if security.csrf_token(request) != token:
+            response.set_cookie(
+                security.CSRF_COOKIE, token, httponly=True, samesite="strict", path="/"
+            )
+        return response
+
+    def back(self, request: Request, path: str, done: str) -> Response:
+        """After an action: see the page it was taken on, saying what was done."""
+        target = f"{request.scope.get('root_path', '')}{path}?{urlencode({'done': done})}"
+        return RedirectResponse(target, status_code=303)
+
+    async def allowed(self, request: Request) -> bool:
+        if self.auth is not None:
+            verdict = self.auth(request)
+            if inspect.isawaitable(verdict):
+                verdict = await verdict
+            if not verdict:
+                return False
+        if self.auth_token is not None:
+            return security.token_ok(request, self.auth_token)
+        return True

@@ -1,0 +1,320 @@
+"""The dashboard over HTTP (issue 19): every page and action against a real Postgres, through
+the ASGI app (Starlette's test client, httpx underneath), and its guards: CSRF, read-only, the
+auth token, the security headers, HTML escaping and redaction."""
+
+from __future__ import annotations
+
+import re
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+from starlette.applications import Starlette
+from starlette.routing import Mount
+from starlette.testclient import TestClient
+
+import durajobs.dashboard
+from durajobs._db import calls
+from durajobs._values.states import StepStatus
+from durajobs.cli import main
+from support.paths import TESTS
+from support.states import claimed_job, dead_job, delayed_job, done_job, ready_job, stored_state
+
+TOKEN = "a-dashboard-token-of-32-characters"
+CSRF = re.compile(r'name="csrf_token" value="([^"]+)"')
+
+
+@pytest.fixture
+def dashboard(database_url) -> Iterator[TestClient]:
+    with TestClient(durajobs.dashboard.app(database_url)) as client:
+        yield client
+
+
+def _csrf(page: httpx.Response) -> str:
+    found = CSRF.search(page.text)
+    assert found, "the page has a form with its CSRF token"
+    return found.group(1)
+
+
+def _post(client: TestClient, path: str, token: str, **fields: str) -> httpx.Response:
+    return client.post(path, data={"csrf_token": token, **fields}, follow_redirects=False)
+
+
+# -- pages ------------------------------------------------------------------------------------
+
+
+def test_the_overview_shows_each_queue_and_the_hour_of_counters(dashboard, client):
+    dead_job(client, "x1", queue="mail")
+    ready_job(client, "r1", queue="mail")
+    delayed_job(client, "d1", queue="mail")
+    client.run(calls.rollup_counters())
+    page = dashboard.get("/")
+    assert page.status_code == 200
+    row = re.search(r'<a href="/queues/mail">mail</a></td>\s*(.*?)</tr>', page.text, re.S)
+    assert row is not None
+    cells = re.findall(r"<td>(.*?)</td>", row.group(1), re.S)
+    assert cells[:3] == ["1", "1", "0"]  # ready, delayed, running
+    assert '<a href="/dead?queue=mail">1</a>' in row.group(1)
+    assert '<svg class="chart"' in page.text
+    assert "1 dead" in page.text
+    assert '<rect class="dead"' in page.text  # its minute's bar
+
+
+def test_every_page_carries_the_security_headers_and_loads_nothing_from_elsewhere(
+    dashboard, client
+):
+    ready_job(client, "r1")
+    for path in ("/", "/jobs", "/dead", "/tasks", "/workers", "/limits", "/queues/default"):
+        page = dashboard.get(path)
+        assert page.status_code == 200, path
+        policy = page.headers["content-security-policy"]
+        assert "default-src 'none'" in policy
+        assert "script-src 'self'" in policy
+        assert page.headers["x-frame-options"] == "DENY"
+        assert not re.search(r'(src|href)="(https?:)?//', page.text), path
+    css = dashboard.get("/static/dashboard.css")
+    assert css.status_code == 200
+    assert "svg.chart" in css.text
+    assert dashboard.get("/static/dashboard.js").status_code == 200
+
+
+def test_the_jobs_list_filters_and_pages_by_keyset(dashboard, client):
+    ids = [ready_job(client, f"k{i}", queue="pages") for i in range(55)]
+    other = ready_job(client, "elsewhere", queue="other", name="other-name", tenant_id="acme")
+    first = dashboard.get("/jobs", params={"queue": "pages"})
+    shown = re.findall(r'href="/jobs/([0-9a-f-]{36})"', first.text)
+    assert len(shown) == 50
+    assert str(other) not in first.text
+    older = re.search(r'href="\?([^"]*after=[^"]+)"', first.text)
+    assert older is not None
+    second = dashboard.get("/jobs?" + older.group(1).replace("&amp;", "&"))
+    rest = re.findall(r'href="/jobs/([0-9a-f-]{36})"', second.text)
+    assert len(rest) == 5
+    assert set(shown) | set(rest) == {str(i) for i in ids}
+    assert re.findall(r'href="/jobs/([0-9a-f-]{36})"', dashboard.get(
+        "/jobs", params={"tenant": "acme"}).text) == [str(other)]  # fmt: skip
+    by_prefix = dashboard.get("/jobs", params={"id": str(other)[:13]})
+    assert str(other) in by_prefix.text
+    assert dashboard.get("/jobs", params={"state": "bogus"}).status_code == 400
+
+
+def test_a_job_page_shows_its_error_steps_and_redacted_input(dashboard, client):
+    claimed = claimed_job(client, "secretive", "q", max_attempts=1)
+    client.run(calls.record_step(claimed.fence, "charge", StepStatus.COMPLETED, output={"n": 1}))
+    client.nack(claimed.fence, error="card declined", error_code="X_CARD", error_stack="Trace\n")
+    client.connection.execute(
+        'update jobs.jobs_history set input = \'{"key": "secretive", "password": "hunter2"}\''
+        " where id = %s",
+        [claimed.id],
+    )
+    page = dashboard.get(f"/jobs/{claimed.id}")
+    assert page.status_code == 200
+    assert "card declined" in page.text
+    assert "X_CARD" in page.text
+    assert "charge" in page.text
+    assert "[redacted]" in page.text
+    assert "hunter2" not in page.text
+    assert "Requeue from here" in page.text
+    assert dashboard.get("/jobs/not-an-id").status_code == 404
+    missing = dashboard.get("/jobs/00000000-0000-0000-0000-000000000001")
+    assert missing.status_code == 404
+    assert "X_JOB_NOT_FOUND" in missing.text
+
+
+def test_html_in_input_error_and_step_names_is_shown_as_text(dashboard, client):
+    """A job whose input, error and step name hold <script> renders them escaped."""
+    attack = "<script>alert(1)</script>"
+    claimed = claimed_job(client, "xss", "q", max_attempts=1)
+    client.run(calls.record_step(claimed.fence, attack, StepStatus.COMPLETED, output={}))
+    client.nack(claimed.fence, error=attack)
+    client.connection.execute(
+        "update jobs.jobs_history set input = jsonb_build_object('key', %s::text) where id = %s",
+        [attack, claimed.id],
+    )
+    for path in (f"/jobs/{claimed.id}", "/jobs", "/dead"):
+        page = dashboard.get(path)
+        assert attack not in page.text, path
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in dashboard.get(f"/jobs/{claimed.id}").text
+
+
+# -- actions ----------------------------------------------------------------------------------
+
+
+def test_requeue_a_dead_job_and_see_it_ready(dashboard, client):
+    id = dead_job(client, "to-requeue")
+    page = dashboard.get(f"/jobs/{id}")
+    answer = _post(dashboard, f"/jobs/{id}/requeue", _csrf(page))
+    assert answer.status_code == 303
+    assert answer.headers["location"].startswith(f"/jobs/{id}?done=")
+    assert stored_state(client, id) == ("ready",)
+    assert "requeue done" in dashboard.get(answer.headers["location"]).text
+
+
+def test_cancel_promote_and_remove(dashboard, client):
+    running = ready_job(client, "to-cancel")
+    token = _csrf(dashboard.get(f"/jobs/{running}"))
+    assert _post(dashboard, f"/jobs/{running}/cancel", token).status_code == 303
+    assert stored_state(client, running) == ("cancelled",)
+    later = delayed_job(client, "to-promote")
+    assert _post(dashboard, f"/jobs/{later}/promote", token).status_code == 303
+    assert client.connection.execute(
+        "select run_at <= now() from jobs.jobs where id = %s", [later]
+    ).fetchone() == (True,)
+    gone = done_job(client, "to-remove")
+    answer = _post(dashboard, f"/jobs/{gone}/remove", token)
+    assert answer.headers["location"].startswith("/jobs?done=")
+    assert stored_state(client, gone) is None
+    # a refusal of the function is shown with its code
+    refused = _post(dashboard, f"/jobs/{running}/cancel", token)
+    assert refused.status_code == 400
+    assert "X_JOB_NOT_CANCELLABLE" in refused.text
+
+
+def test_pause_and_resume_a_queue_and_a_task(dashboard, client):
+    ready_job(client, "q1", queue="mail")
+    token = _csrf(dashboard.get("/"))
+    assert _post(dashboard, "/queues/mail/pause", token).status_code == 303
+    assert client.run(calls.queue_stats(["mail"]))[0].paused
+    assert client.claim(["mail"], "w-test", batch_size=1) == []  # the claim stopped
+    assert _post(dashboard, "/queues/mail/resume", token).status_code == 303
+    assert not client.run(calls.queue_stats(["mail"]))[0].paused
+    client.connection.execute("select jobs.scheduler_arm(task => 'nightly', watermark => now())")
+    assert _post(dashboard, "/tasks/nightly/pause", token).status_code == 303
+    assert "paused" in dashboard.get("/tasks").text
+    assert _post(dashboard, "/tasks/nightly/resume", token).status_code == 303
+    (task,) = client.run(calls.task_fires())
+    assert not task.paused
+
+
+def test_a_bulk_requeue_says_how_many_first_then_moves_them(dashboard, client):
+    dead = [dead_job(client, f"b{i}", queue="bulk") for i in range(3)]
+    dead_job(client, "elsewhere", queue="other")
+    confirm = dashboard.get("/bulk/requeue", params={"state": "dead", "queue": "bulk"})
+    assert confirm.status_code == 200
+    assert re.search(r"3 dead jobs\s+in queue <strong>bulk</strong>", confirm.text)
+    action = re.search(r'<form method="post" action="([^"]+)"', confirm.text)
+    assert action is not None
+    answer = _post(dashboard, action.group(1).replace("&amp;", "&"), _csrf(confirm))
+    assert answer.status_code == 303
+    assert "requeued+3+dead+jobs" in answer.headers["location"]
+    assert [stored_state(client, id) for id in dead] == [("ready",)] * 3
+    assert dashboard.get("/bulk/requeue", params={"state": "ready"}).status_code == 400
+
+
+# -- guards -----------------------------------------------------------------------------------
+
+
+def test_an_action_without_the_forms_token_is_refused(dashboard, client):
+    id = dead_job(client, "guarded")
+    token = _csrf(dashboard.get(f"/jobs/{id}"))
+    assert _post(dashboard, f"/jobs/{id}/requeue", "").status_code == 403
+    assert _post(dashboard, f"/jobs/{id}/requeue", token + "x").status_code == 403
+    forged = dashboard.post(
+        f"/jobs/{id}/requeue",
+        data={"csrf_token": token},
+        headers={"origin": "https://evil.example"},
+        follow_redirects=False,
+    )
+    assert forged.status_code == 403
+    fresh = TestClient(dashboard.app)  # another browser: no cookie of its own
+    assert fresh.post(f"/jobs/{id}/requeue", data={"csrf_token": token}).status_code == 403
+    assert stored_state(client, id) == ("dead",)
+
+
+def test_a_read_only_dashboard_offers_and_takes_no_action(database_url, client):
+    id = dead_job(client, "read-only")
+    with TestClient(durajobs.dashboard.app(database_url, read_only=True)) as viewer:
+        page = viewer.get(f"/jobs/{id}")
+        assert page.status_code == 200
+        assert "Requeue" not in page.text
+        assert "read-only" in page.text
+        token = viewer.cookies.get("durajobs_csrf") or "none"
+        assert _post(viewer, f"/jobs/{id}/requeue", token).status_code == 403
+    assert stored_state(client, id) == ("dead",)
+
+
+def test_the_auth_token_guards_every_page_and_action(database_url, client):
+    id = dead_job(client, "behind-a-token")
+    with TestClient(durajobs.dashboard.app(database_url, auth_token=TOKEN)) as browser:
+        assert browser.get("/", follow_redirects=False).headers["location"] == "/login"
+        assert browser.post(f"/jobs/{id}/requeue", data={}).status_code == 401
+        bearer = browser.get("/", headers={"authorization": f"Bearer {TOKEN}"})
+        assert bearer.status_code == 200
+        refused = browser.post("/login", data={"token": "wrong"}, follow_redirects=False)
+        assert "not the dashboard" in refused.text
+        signed = browser.post("/login", data={"token": TOKEN}, follow_redirects=False)
+        assert signed.status_code == 303
+        assert TOKEN not in signed.headers["set-cookie"]  # the cookie is not the token
+        page = browser.get(f"/jobs/{id}")
+        assert page.status_code == 200
+        assert _post(browser, f"/jobs/{id}/requeue", _csrf(page)).status_code == 303
+    assert stored_state(client, id) == ("ready",)
+    with pytest.raises(durajobs.ConfigInvalid):
+        durajobs.dashboard.app(database_url, auth_token="short")
+
+
+def test_an_auth_function_guards_a_mounted_dashboard(database_url, client):
+    """Mounted in an application under /ops: links carry the prefix, and the application's
+    own auth function decides who sees it."""
+    id = ready_job(client, "mounted")
+    inner = durajobs.dashboard.app(
+        database_url, auth=lambda request: request.headers.get("x-user") == "alice"
+    )
+    host = Starlette(routes=[Mount("/ops", app=inner)])
+    with TestClient(host) as browser:
+        assert browser.get("/ops/").status_code == 401
+        page = browser.get("/ops/jobs", headers={"x-user": "alice"})
+        assert page.status_code == 200
+        assert f'href="/ops/jobs/{id}"' in page.text
+        assert 'href="/ops/static/dashboard.css"' in page.text
+
+
+# -- the command ------------------------------------------------------------------------------
+
+
+def test_the_command_refuses_another_host_without_a_token(database_url, capsys, monkeypatch):
+    monkeypatch.delenv("DURAJOBS_DASHBOARD_TOKEN", raising=False)
+    status = main(["dashboard", "--host", "0.0.0.0", "--database-url", database_url])
+    assert status == 1
+    err = capsys.readouterr().err
+    assert "X_CONFIG_INVALID" in err
+    assert "--auth-token" in err
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def test_the_command_serves_the_dashboard_on_the_loopback(database_url, client):
+    id = ready_job(client, "served")
+    port = _free_port()
+    server = subprocess.Popen(
+        [sys.executable, "-m", "durajobs.cli", "dashboard", "--port", str(port),
+         "--database-url", database_url],
+        cwd=TESTS,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 20
+        answer: Any = None
+        while time.monotonic() < deadline:
+            try:
+                answer = httpx.get(f"http://127.0.0.1:{port}/jobs", timeout=2)
+                break
+            except httpx.TransportError:
+                time.sleep(0.1)
+        assert answer is not None, "the dashboard never answered"
+        assert answer.status_code == 200
+        assert str(id) in answer.text
+    finally:
+        server.terminate()
+        server.communicate(timeout=10)
