@@ -180,8 +180,35 @@ def _trace_id(traceparent: object) -> str | None:
 
 
 async def tasks(dashboard: Dashboard, request: Request) -> Response:
+    """Each task the scheduler armed; with a registry, each declared task's schedule and next
+    fire too (the database holds no schedule: the declaration does)."""
     rows = await dashboard.run(calls.task_fires())
-    return dashboard.page(request, "tasks.html", title="Cron tasks", tasks=rows)
+    registry = dashboard.registry
+    declared = {task.name: task for task in registry.tasks()} if registry is not None else {}
+    schedules = {
+        row.task: (declared[row.task].cron, str(declared[row.task].tz), _next_fire(row, declared))
+        for row in rows
+        if row.task in declared
+    }
+    return dashboard.page(
+        request,
+        "tasks.html",
+        title="Cron tasks",
+        tasks=rows,
+        schedules=schedules,
+        known=registry is not None,
+    )
+
+
+def _next_fire(row: Any, declared: dict[str, Any]) -> datetime | None:
+    """The first occurrence after the watermark (what the scheduler fires next); None while
+    the task is paused."""
+    if row.paused:
+        return None
+    task = declared[row.task]
+    after = max(row.watermark, datetime.now(UTC) - timedelta(days=366))
+    fire: datetime = task.next_run(after)
+    return fire
 
 
 async def workers(dashboard: Dashboard, request: Request) -> Response:

@@ -318,3 +318,47 @@ def test_the_command_serves_the_dashboard_on_the_loopback(database_url, client):
     finally:
         server.terminate()
         server.communicate(timeout=10)
+
+
+def test_the_tasks_page_shows_each_declared_schedule_and_next_fire(database_url, client):
+    registry = durajobs.Registry()
+
+    @registry.task(name="nightly", cron="0 3 * * *", tz="Europe/Paris")
+    def nightly(occurrence: Any) -> list[Any]:
+        return []
+
+    client.connection.execute("select jobs.scheduler_arm(task => 'nightly', watermark => now())")
+    client.connection.execute("select jobs.scheduler_arm(task => 'retired', watermark => now())")
+    ((watermark,),) = client.connection.execute(
+        "select watermark from jobs.scheduler_tasks where task = 'nightly'"
+    ).fetchall()
+    expected = nightly.next_run(watermark).isoformat(sep=" ", timespec="seconds")
+    with TestClient(durajobs.dashboard.app(database_url, registry=registry)) as browser:
+        page = browser.get("/tasks").text
+    row = re.search(r"<td>nightly</td>(.*?)</tr>", page, re.S)
+    assert row is not None
+    assert "<code>0 3 * * *</code> Europe/Paris" in row.group(1)
+    assert expected in row.group(1)
+    retired = re.search(r"<td>retired</td>(.*?)</tr>", page, re.S)
+    assert retired is not None
+    assert "not declared" in retired.group(1)
+
+
+def test_bulk_promote_and_remove_say_how_many_then_act(dashboard, client):
+    later = [delayed_job(client, f"p{i}", queue="later") for i in range(2)]
+    confirm = dashboard.get("/bulk/promote", params={"state": "delayed", "queue": "later"})
+    assert re.search(r"2 delayed jobs\s+in queue <strong>later</strong>", confirm.text)
+    action = re.search(r'<form method="post" action="([^"]+)"', confirm.text)
+    assert action is not None
+    answer = _post(dashboard, action.group(1).replace("&amp;", "&"), _csrf(confirm))
+    assert "promoted+2+delayed+jobs" in answer.headers["location"]
+    assert client.connection.execute(
+        "select bool_and(run_at <= now()) from jobs.jobs where id = any(%s)", [later]
+    ).fetchone() == (True,)
+    gone = [done_job(client, f"g{i}", queue="old") for i in range(2)]
+    confirm = dashboard.get("/bulk/remove", params={"state": "done", "queue": "old"})
+    assert re.search(r"2 done jobs\s+in queue <strong>old</strong>", confirm.text)
+    action = re.search(r'<form method="post" action="([^"]+)"', confirm.text)
+    assert action is not None
+    _post(dashboard, action.group(1).replace("&amp;", "&"), _csrf(confirm))
+    assert [stored_state(client, id) for id in gone] == [None, None]
