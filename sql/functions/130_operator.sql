@@ -57,7 +57,8 @@ $$;
 -- Arguments: queue, name, state, tenant_id, id_prefix (the start of the id's text), created_from,
 -- created_to (inclusive), page_size (100, at most 200), after (the id of the last row of the
 -- previous page: older rows), before (the id of the first row of the page: newer rows, still
--- answered newest first). Never both cursors.
+-- answered newest first), idempotency_key (exactly), run_id (the jobs of one run: a job and
+-- what a requeue from its steps made). Never both cursors.
 -- The seek reads the cursor row's own created_at, so rows created in the same millisecond are
 -- neither skipped nor repeated. A short page is the last one.
 -- Reads jobs_queue_created_idx: the asked queue's rows from the cursor on, or, without a queue,
@@ -78,7 +79,9 @@ create function jobs.list_jobs(
   created_to timestamptz default null,
   page_size integer default 100,
   after uuid default null,
-  before uuid default null
+  before uuid default null,
+  idempotency_key text default null,
+  run_id uuid default null
 )
 returns setof jobs.job_summary
 language plpgsql
@@ -157,6 +160,9 @@ begin
                      or left(j.id::text, length(list_jobs.id_prefix)) = lower(list_jobs.id_prefix))
                 and (list_jobs.created_from is null or j.created_at >= list_jobs.created_from)
                 and (list_jobs.created_to is null or j.created_at <= list_jobs.created_to)
+                and (list_jobs.idempotency_key is null
+                     or j.idempotency_key = list_jobs.idempotency_key)
+                and (list_jobs.run_id is null or j.run_id = list_jobs.run_id)
               order by j.created_at, j.id
               limit list_jobs.page_size
            ) n
@@ -187,6 +193,9 @@ begin
                or left(j.id::text, length(list_jobs.id_prefix)) = lower(list_jobs.id_prefix))
           and (list_jobs.created_from is null or j.created_at >= list_jobs.created_from)
           and (list_jobs.created_to is null or j.created_at <= list_jobs.created_to)
+          and (list_jobs.idempotency_key is null
+               or j.idempotency_key = list_jobs.idempotency_key)
+          and (list_jobs.run_id is null or j.run_id = list_jobs.run_id)
         order by j.created_at desc, j.id desc
         limit list_jobs.page_size
      ) o

@@ -4,7 +4,7 @@
 -- (affected, remaining) so "call until zero" ends.
 begin;
 \ir fixtures/factory.sql
-select plan(128);
+select plan(131);
 
 -- local helpers (in jobs_test, so the rollback removes them) ----------------------------------
 
@@ -605,6 +605,19 @@ select is((select count(*) from jobs.list_jobs(queue => 'q-prefix',
           1::bigint, 'an uppercase id_prefix matches the lowercase id');
 select is((select count(*) from jobs.list_jobs(queue => 'q-prefix', id_prefix => '%')), 0::bigint,
           'a % in id_prefix is a character, not a wildcard');
+
+-- the idempotency key and the run filter: exact, and a run's jobs whatever their queue
+select jobs_test.enqueue(queue => 'q-keyed', idempotency_key => 'invoice:7') as kid \gset
+select jobs_test.enqueue(queue => 'q-keyed', idempotency_key => 'invoice:70') as k2 \gset
+select jobs_test.enqueue(queue => 'q-keyed-too', idempotency_key => 'other',
+                         run_id => :'kid') as kr \gset
+select is(array(select id from jobs.list_jobs(idempotency_key => 'invoice:7')), array[:'kid'::uuid],
+          'idempotency_key matches exactly, not as a prefix');
+select is(array(select id from jobs.list_jobs(run_id => :'kid') order by id),
+          array(select unnest(array[:'kid'::uuid, :'kr'::uuid]) order by 1),
+          'run_id lists the jobs of one run across queues');
+select is((select count(*) from jobs.list_jobs(run_id => :'kid', queue => 'q-keyed')), 1::bigint,
+          'and combines with the other filters');
 
 select * from finish();
 rollback;

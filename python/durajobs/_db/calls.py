@@ -588,8 +588,12 @@ def list_jobs(
     page_size: int | None = None,
     after: UUID | None = None,
     before: UUID | None = None,
+    idempotency_key: str | None = None,
+    run_id: UUID | None = None,
 ) -> Call[list[JobSummary]]:
     arguments = {
+        "idempotency_key": idempotency_key,
+        "run_id": run_id,
         "queue": queue,
         "name": name,
         "state": state,

@@ -2,7 +2,8 @@
 on them. `durajobs.cli` registers them through `add_operator_commands`, handing over its own
 URL and registry helpers.
 
-    durajobs jobs list [--queue Q] [--name N] [--state S] [--tenant T] [--id-prefix P]
+    durajobs jobs list [--queue Q] [--name N] [--state S] [--tenant T] [--id-prefix P] [--key K]
+                       [--run RUN_ID]
                        [--created-from ISO] [--created-to ISO] [--limit N]
                        [--after ID | --before ID]
     durajobs jobs show ID [--app module:registry]
@@ -256,6 +257,8 @@ def _cmd_jobs_list(args: argparse.Namespace) -> int:
         page_size=args.limit,
         after=args.after,
         before=args.before,
+        idempotency_key=args.key,
+        run_id=args.run_id,
     )
     with _connect(args) as client:
         page = client.run(call)
@@ -1027,6 +1030,10 @@ def _add_jobs_list(actions: Subcommands, with_database: WithDatabase) -> None:
         "--state", help="ready, delayed, running, suspended, done, failed, dead or cancelled"
     )
     listing.add_argument("--id-prefix", help="the start of the id, any case")
+    listing.add_argument("--key", help="only the jobs of this idempotency key")
+    listing.add_argument(
+        "--run", dest="run_id", type=_job_id, help="only the jobs of this run (its run id)"
+    )
     listing.add_argument("--created-from", help="ISO 8601 instant with a zone (inclusive)")
     listing.add_argument("--created-to", help="ISO 8601 instant with a zone (inclusive)")
     listing.add_argument(

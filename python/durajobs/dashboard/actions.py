@@ -14,7 +14,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from durajobs._db import calls
-from durajobs.dashboard.views import BULK_ACTIONS, BULK_STATES, _filters
+from durajobs.dashboard.views import BULK_ACTIONS, BULK_STATES, bulk_filters
 from durajobs.errors import (
     ArgumentInvalid,
     DurajobsError,
@@ -92,7 +92,7 @@ async def bulk(dashboard: Dashboard, request: Request) -> Response:
     action = request.path_params["action"]
     if action not in BULK_ACTIONS:
         raise ArgumentInvalid(f"no bulk action {action!r}", detail={"field": "action"})
-    filters = _filters(request)
+    filters = bulk_filters(request)
     state = filters["state"]
     if state is None or state not in BULK_STATES[action]:
         raise ArgumentInvalid(

@@ -2,14 +2,13 @@
 
 Pages are GETs with stable URLs (a job at `/jobs/<id>`, a queue at `/queues/<name>`); actions are
 POSTs that answer with a redirect back to the page, carrying what was done in `?done=`. The
-database is opened on the first request, not at startup: a mounted app's lifespan is not run
-by its host.
+database is reached with a connection a call (site.Dashboard.run): nothing to open or close,
+so a host application that mounts the dashboard (and never runs its lifespan) owes it nothing.
 """
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -131,11 +130,6 @@ def app(
         Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
     ]
 
-    @contextlib.asynccontextmanager
-    async def lifespan(_app: Starlette) -> AsyncIterator[None]:
-        yield
-        await dashboard.close()
-
-    made = Starlette(routes=routes, lifespan=lifespan)
+    made = Starlette(routes=routes)
     made.state.dashboard = dashboard
     return made

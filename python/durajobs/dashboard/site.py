@@ -3,18 +3,19 @@ rendered and an action answered."""
 
 from __future__ import annotations
 
-import asyncio
 import inspect
 from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import urlencode
 
+import psycopg
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 
 from durajobs._db.calls import Call
-from durajobs._db.database import AsyncDatabase
+from durajobs._db.database import CONNECT_TIMEOUT_SECONDS
+from durajobs._db.execute import check_schema_async, execute_async
 from durajobs.dashboard import security
 from durajobs.declare.registry import Registry
 from durajobs.display import render
@@ -48,8 +49,7 @@ class Dashboard:
         self.auth = auth
         self.registry = registry
         self.refresh_seconds = refresh_seconds
-        self._database: AsyncDatabase | None = None
-        self._opening = asyncio.Lock()
+        self._checked = False  # the schema's version, checked on the first call
         self.templates = Environment(
             loader=FileSystemLoader(HERE / "templates"),
             autoescape=select_autoescape(default=True, default_for_string=True),
@@ -61,19 +61,16 @@ class Dashboard:
         )
 
     async def run(self, call: Call[T]) -> T:
-        """Run one operator call, opening the pool on first use."""
-        if self._database is None:
-            async with self._opening:
-                if self._database is None:
-                    database = AsyncDatabase(self.database_url, min_size=1, max_size=4)
-                    await database.open()
-                    self._database = database
-        return await self._database.run(call)
-
-    async def close(self) -> None:
-        if self._database is not None:
-            await self._database.close()
-            self._database = None
+        """Run one operator call on a connection of its own. An operator's page makes a few
+        calls: a pool would save little, and its background tasks outlive a host application
+        that mounts the dashboard and never closes it."""
+        async with await psycopg.AsyncConnection.connect(
+            self.database_url, autocommit=True, connect_timeout=CONNECT_TIMEOUT_SECONDS
+        ) as connection:
+            if not self._checked:
+                await check_schema_async(connection)
+                self._checked = True
+            return await execute_async(connection, call)
 
     def page(self, request: Request, template: str, **context: Any) -> Response:
         """Render `template` for `request`, with what every page needs."""

@@ -85,6 +85,7 @@ def _filters(request: Request) -> dict[str, str | None]:
     chosen = {key: (query.get(key) or "").strip() or None for key in ("state", "queue", "name")}
     chosen["tenant_id"] = (query.get("tenant") or "").strip() or None
     chosen["id_prefix"] = (query.get("id") or "").strip().lower() or None
+    chosen["idempotency_key"] = (query.get("key") or "").strip() or None
     if chosen["state"] is not None and chosen["state"] not in STATES:
         raise ArgumentInvalid(
             f"state must be one of {', '.join(STATES)}, got {chosen['state']!r}",
@@ -125,6 +126,7 @@ async def _listing(
             name=filters["name"],
             tenant_id=filters["tenant_id"],
             id_prefix=filters["id_prefix"],
+            idempotency_key=filters["idempotency_key"],
             page_size=PAGE_SIZE,
             after=after,
             before=before,
@@ -136,6 +138,7 @@ async def _listing(
         "name": filters["name"],
         "tenant": filters["tenant_id"],
         "id": filters["id_prefix"],
+        "key": filters["idempotency_key"],
     }
     query = {key: value for key, value in kept.items() if value}
     return dashboard.page(
@@ -159,6 +162,7 @@ async def job(dashboard: Dashboard, request: Request) -> Response:
     except ValueError:
         raise JobNotFound(f"no job has the id {text!r}", detail={"id": text}) from None
     detail = job_detail(await dashboard.run(calls.inspect_job(id)), dashboard.registry)
+    run = await dashboard.run(calls.list_jobs(run_id=UUID(str(detail.job["run_id"])), page_size=50))
     return dashboard.page(
         request,
         "job.html",
@@ -168,6 +172,7 @@ async def job(dashboard: Dashboard, request: Request) -> Response:
         steps=detail.steps,
         input_json=json.dumps(detail.job.get("input"), indent=2, ensure_ascii=False),
         trace_id=_trace_id(detail.job.get("traceparent")),
+        run=[row for row in run if row.id != id],
     )
 
 
@@ -226,7 +231,7 @@ async def bulk_confirm(dashboard: Dashboard, request: Request) -> Response:
     action = request.path_params["action"]
     if action not in BULK_ACTIONS:
         raise ArgumentInvalid(f"no bulk action {action!r}", detail={"field": "action"})
-    filters = _filters(request)
+    filters = bulk_filters(request)
     state = filters["state"]
     if state not in BULK_STATES[action]:
         raise ArgumentInvalid(
@@ -242,6 +247,18 @@ async def bulk_confirm(dashboard: Dashboard, request: Request) -> Response:
         filters=filters,
         count=count,
     )
+
+
+def bulk_filters(request: Request) -> dict[str, str | None]:
+    """A bulk action's filter: state, queue, name and tenant, as the _many functions take;
+    an id prefix or a key would make the count promise rows the action would not touch."""
+    filters = _filters(request)
+    if filters["id_prefix"] or filters["idempotency_key"]:
+        raise ArgumentInvalid(
+            "a bulk action filters by state, queue, name and tenant only",
+            detail={"field": "id, key"},
+        )
+    return filters
 
 
 async def count_matching(dashboard: Dashboard, filters: dict[str, str | None]) -> int | None:

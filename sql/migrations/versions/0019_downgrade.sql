@@ -19,6 +19,8 @@ drop function if exists jobs.backfills_v1(backfill text, max_rows integer);
 
 drop function if exists jobs.enable_webhook_endpoint_v1(endpoint_id text, webhook text, tenant_id text);
 
+drop function if exists jobs.list_jobs(queue text, name text, state text, tenant_id text, id_prefix text, created_from timestamp with time zone, created_to timestamp with time zone, page_size integer, after uuid, before uuid, idempotency_key text, run_id uuid);
+
 drop function if exists jobs.webhook_attempts_v1(endpoint text, event text, max_rows integer);
 
 drop function if exists jobs.webhook_check_v1(webhook text, endpoint_id text, event_id text, tenant_id text, job_id uuid, attempt integer);
@@ -134,6 +136,117 @@ begin
     format('select case kind when ''enqueuer'' then %L when ''worker'' then %L '
            'when ''operator'' then %L end::name',
            grant_roles.enqueuer, grant_roles.worker, grant_roles.operator));
+end;
+$function$;
+
+CREATE OR REPLACE FUNCTION jobs.list_jobs(queue text DEFAULT NULL::text, name text DEFAULT NULL::text, state text DEFAULT NULL::text, tenant_id text DEFAULT NULL::text, id_prefix text DEFAULT NULL::text, created_from timestamp with time zone DEFAULT NULL::timestamp with time zone, created_to timestamp with time zone DEFAULT NULL::timestamp with time zone, page_size integer DEFAULT 100, after uuid DEFAULT NULL::uuid, before uuid DEFAULT NULL::uuid)
+ RETURNS SETOF jobs.job_summary
+ LANGUAGE plpgsql
+ STABLE SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+ SET enable_sort TO 'off'
+ SET jit TO 'off'
+AS $function$
+declare
+  -- no cursor seeks from the greatest key there can be, inclusive, so the seek is always an
+  -- index bound (a row may hold that very key: a caller's id, a pinned clock)
+  v_cursor_at timestamptz := 'infinity';
+  v_cursor_id uuid := 'ffffffff-ffff-ffff-ffff-ffffffffffff';
+begin
+  perform jobs._require(array['operator'], 'jobs.list_jobs', scoped => true);
+  -- a session bound to a tenant acts on its tenant's rows alone (014_tenants)
+  if jobs._any_binding() then
+    list_jobs.tenant_id := jobs._scoped_tenant('jobs.list_jobs', 'tenant_id',
+                                                 list_jobs.tenant_id);
+  end if;
+  if page_size is null or page_size < 1 or page_size > 200 then
+    perform jobs._raise('X_JOB_PAGE_INVALID',
+                        format('page_size must be from 1 to 200, got %s', page_size),
+                        jsonb_build_object('argument', 'page_size'));
+  end if;
+  if after is not null and before is not null then
+    perform jobs._raise('X_JOB_PAGE_INVALID', 'pass after or before, not both',
+                        jsonb_build_object('argument', 'after, before'));
+  end if;
+  if state is not null and not (state = any(jobs.job_states())) then
+    perform jobs._invalid('jobs.list_jobs', 'state',
+                          'must be one of ' || array_to_string(jobs.job_states(), ', '));
+  end if;
+  if coalesce(list_jobs.after, list_jobs.before) is not null then
+    select j.created_at, j.id
+      into v_cursor_at, v_cursor_id
+      from jobs.jobs j
+     where j.id = coalesce(list_jobs.after, list_jobs.before)
+       and (list_jobs.tenant_id is null or j.tenant_id = list_jobs.tenant_id);
+    if not found then
+      perform jobs._raise(
+        'X_JOB_PAGE_INVALID',
+        format('%s names no job: pass the id of a row a page answered',
+               case when list_jobs.after is not null then 'after' else 'before' end),
+        jsonb_build_object('argument',
+                           case when list_jobs.after is not null then 'after' else 'before' end));
+    end if;
+  end if;
+
+  if list_jobs.before is not null then
+    -- each queue's rows just newer than the cursor, the oldest of them first, then answered
+    -- newest first
+    return query
+      select p.id, p.run_id, p.name, p.queue, p.state, p.tenant_id, p.attempt, p.max_attempts,
+             p.priority, p.run_at, p.created_at, p.updated_at, p.finished_at, p.last_error,
+             p.last_error_code
+        from (
+          select n.*
+            from jobs._listed_queues(list_jobs.queue) q (queue)
+           cross join lateral (
+             select j.id, j.run_id, j.name, j.queue, j.state, j.tenant_id, j.attempt,
+                    j.max_attempts, j.priority, j.run_at, j.created_at, j.updated_at,
+                    j.finished_at, j.last_error, j.last_error_code
+               from jobs.jobs j
+              where j.queue = q.queue
+                and (j.created_at, j.id) > (v_cursor_at, v_cursor_id)
+                and (list_jobs.name is null or j.name = list_jobs.name)
+                and (list_jobs.state is null or j.state = list_jobs.state)
+                and (list_jobs.tenant_id is null or j.tenant_id = list_jobs.tenant_id)
+                and (list_jobs.id_prefix is null  -- a plain prefix: no wildcards, any case
+                     or left(j.id::text, length(list_jobs.id_prefix)) = lower(list_jobs.id_prefix))
+                and (list_jobs.created_from is null or j.created_at >= list_jobs.created_from)
+                and (list_jobs.created_to is null or j.created_at <= list_jobs.created_to)
+              order by j.created_at, j.id
+              limit list_jobs.page_size
+           ) n
+           order by n.created_at, n.id
+           limit list_jobs.page_size
+        ) p
+       order by p.created_at desc, p.id desc;
+    return;
+  end if;
+
+  return query
+    select o.id, o.run_id, o.name, o.queue, o.state, o.tenant_id, o.attempt, o.max_attempts,
+           o.priority, o.run_at, o.created_at, o.updated_at, o.finished_at, o.last_error,
+           o.last_error_code
+      from jobs._listed_queues(list_jobs.queue) q (queue)
+     cross join lateral (
+       select j.id, j.run_id, j.name, j.queue, j.state, j.tenant_id, j.attempt, j.max_attempts,
+              j.priority, j.run_at, j.created_at, j.updated_at, j.finished_at, j.last_error,
+              j.last_error_code
+         from jobs.jobs j
+        where j.queue = q.queue
+          and (j.created_at, j.id) <= (v_cursor_at, v_cursor_id)
+          and (list_jobs.after is null or j.id <> list_jobs.after)
+          and (list_jobs.name is null or j.name = list_jobs.name)
+          and (list_jobs.state is null or j.state = list_jobs.state)
+          and (list_jobs.tenant_id is null or j.tenant_id = list_jobs.tenant_id)
+          and (list_jobs.id_prefix is null  -- a plain prefix: no wildcards, any case
+               or left(j.id::text, length(list_jobs.id_prefix)) = lower(list_jobs.id_prefix))
+          and (list_jobs.created_from is null or j.created_at >= list_jobs.created_from)
+          and (list_jobs.created_to is null or j.created_at <= list_jobs.created_to)
+        order by j.created_at desc, j.id desc
+        limit list_jobs.page_size
+     ) o
+     order by o.created_at desc, o.id desc
+     limit list_jobs.page_size;
 end;
 $function$;
 

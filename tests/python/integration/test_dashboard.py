@@ -362,3 +362,21 @@ def test_bulk_promote_and_remove_say_how_many_then_act(dashboard, client):
     assert action is not None
     _post(dashboard, action.group(1).replace("&amp;", "&"), _csrf(confirm))
     assert [stored_state(client, id) for id in gone] == [None, None]
+
+
+def test_search_by_key_and_a_jobs_run(dashboard, client):
+    """The jobs list finds a job by its idempotency key (exactly), and a job's page lists the
+    other jobs of its run (a requeue from its steps, a continuation)."""
+    wanted = ready_job(client, "invoice:7")
+    ready_job(client, "invoice:70")
+    page = dashboard.get("/jobs", params={"key": "invoice:7"})
+    assert re.findall(r'href="/jobs/([0-9a-f-]{36})"', page.text) == [str(wanted)]
+    assert "/bulk/" not in page.text  # a bulk action takes no key: none is offered
+    assert dashboard.get("/bulk/requeue", params={"state": "dead", "key": "x"}).status_code == 400
+    sibling = client.enqueue("op", {"key": "next"}, "next", run_id=wanted, queue="later").id
+    job_page = dashboard.get(f"/jobs/{wanted}")
+    assert "The rest of this run" in job_page.text
+    assert f'href="/jobs/{sibling}"' in job_page.text
+    assert f'href="/jobs/{wanted}"' in dashboard.get(f"/jobs/{sibling}").text
+    alone = ready_job(client, "alone")
+    assert "The rest of this run" not in dashboard.get(f"/jobs/{alone}").text

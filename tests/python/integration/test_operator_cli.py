@@ -172,6 +172,8 @@ def test_list_filters_by_each_option(client, durajobs):
     created = _instant(durajobs("jobs", "list", "--json").json()["jobs"][1]["created_at"])
     assert listed("--created-to", created.isoformat()) == [other, emails]
     assert listed("--created-from", created.isoformat()) == [dead, other]
+    assert listed("--key", "o") == [other]
+    assert listed("--run", str(dead)) == [dead]
 
 
 def test_pages_walk_forward_then_back_without_repeats(client, durajobs):
