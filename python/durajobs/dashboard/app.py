@@ -121,6 +121,7 @@ def app(
         Route("/tasks", guarded(views.tasks)),
         Route("/workers", guarded(views.workers)),
         Route("/limits", guarded(views.limits)),
+        Route("/backfills", guarded(views.backfills)),
         Route("/bulk/{action}", guarded(views.bulk_confirm)),
         Route("/login", _login, methods=["GET", "POST"]),
         Route("/jobs/{id}/{action}", guarded(actions.job, action=True), methods=["POST"]),

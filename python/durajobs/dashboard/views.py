@@ -14,8 +14,10 @@ from starlette.responses import Response
 from durajobs._db import calls
 from durajobs._values.states import JobState
 from durajobs.dashboard.charts import Bucket, throughput
+from durajobs.declare.backfill import current_environment
 from durajobs.display.inspection import job_detail
 from durajobs.errors import ArgumentInvalid, JobNotFound
+from durajobs.services.backfills import report_calls, report_from
 
 if TYPE_CHECKING:
     from durajobs.dashboard.site import Dashboard
@@ -219,6 +221,23 @@ def _next_fire(row: Any, declared: dict[str, Any]) -> datetime | None:
 async def workers(dashboard: Dashboard, request: Request) -> Response:
     rows = await dashboard.run(calls.workers_live())
     return dashboard.page(request, "workers.html", title="Workers", workers=rows)
+
+
+async def backfills(dashboard: Dashboard, request: Request) -> Response:
+    """The backfills' one projection (services.backfills), as `durajobs backfill list` shows
+    it: needs the registry that declares them."""
+    registry = dashboard.registry
+    environment = (request.query_params.get("environment") or "").strip() or current_environment()
+    report = None
+    if registry is not None:
+        declared = registry.backfills()
+        passes_call, listing_calls = report_calls(declared)
+        listings = [await dashboard.run(call) for call in listing_calls]
+        passes = await dashboard.run(passes_call)
+        report = report_from(declared, environment, passes, listings)
+    return dashboard.page(
+        request, "backfills.html", title="Backfills", report=report, environment=environment
+    )
 
 
 async def limits(dashboard: Dashboard, request: Request) -> Response:

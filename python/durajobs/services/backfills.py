@@ -181,19 +181,37 @@ def _state(newest: BackfillPass) -> BackfillState:
     return "running" if newest.job_state in LIVE_STATES else "failed"
 
 
+def report_calls(
+    backfills: Sequence[Backfill],
+) -> tuple[calls.Call[list[BackfillPass]], list[calls.Call[list[JobSummary]]]]:
+    """What a report reads: the ledger's passes, and one listing a backfill (they are few) for
+    its live job. Run them (sync or async) and hand the answers to `report_from`."""
+    listings = [calls.list_jobs(name=backfill.name, page_size=10) for backfill in backfills]
+    return calls.backfills(), listings
+
+
+def report_from(
+    backfills: Sequence[Backfill],
+    environment: str,
+    passes: Sequence[BackfillPass],
+    listings: Sequence[Sequence[JobSummary]],
+) -> BackfillReport:
+    """The report from what `report_calls` read, in its order."""
+    live: dict[str, JobSummary] = {}
+    for backfill, jobs in zip(backfills, listings, strict=True):
+        waiting = next((job for job in jobs if str(job.state) in LIVE_STATES), None)
+        if waiting is not None:
+            live[backfill.name] = waiting
+    return inspect_backfills(backfills, passes, environment, live)
+
+
 def read_report(
     run: Callable[[calls.Call[Any]], Any], backfills: Sequence[Backfill], environment: str
 ) -> BackfillReport:
-    """The report from the database `run` calls: the ledger's passes and each backfill's live
-    job (one listing a backfill: they are few)."""
-    passes = run(calls.backfills())
-    live: dict[str, JobSummary] = {}
-    for backfill in backfills:
-        for job in run(calls.list_jobs(name=backfill.name, page_size=10)):
-            if str(job.state) in LIVE_STATES:
-                live[backfill.name] = job
-                break
-    return inspect_backfills(backfills, passes, environment, live)
+    """The report, read through the synchronous `run` (a Client's)."""
+    passes_call, listing_calls = report_calls(backfills)
+    listings = [run(call) for call in listing_calls]
+    return report_from(backfills, environment, run(passes_call), listings)
 
 
 def migration_applied(

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import psycopg
@@ -263,3 +264,35 @@ def test_jobs_show_and_list_show_the_same_numbers(cli, database_url):
     _status, out, _err = cli("backfill", "list", "--json", "--environment", "production")
     (gated,) = [r for r in json.loads(out)["rows"] if r["name"] == "items.gated"]
     assert gated["state"] == "pending"
+
+
+def test_the_dashboard_shows_the_same_projection(cli, database_url):
+    """Item 181: the dashboard's backfills page reads the one projection too."""
+    from starlette.testclient import TestClient
+
+    import durajobs.dashboard
+    from support.apps.backfill_jobs import registry
+
+    cli("backfill", "run", "items.fill", "--write")
+    _complete(database_url, "items.counted")
+    _status, out, _err = cli("backfill", "list", "--json")
+    listed = {row["name"]: row["state"] for row in json.loads(out)["rows"]}
+    with TestClient(durajobs.dashboard.app(database_url, registry=registry)) as browser:
+        page = browser.get("/backfills").text
+        shown = dict(
+            re.findall(r"<td>(items\.\w+)</td>\s*<td><span class=\"state\">(\w+)</span>", page)
+        )
+        assert (
+            shown
+            == listed
+            == {
+                "items.counted": "completed",
+                "items.fill": "running",
+                "items.gated": "excluded",
+            }
+        )
+        assert "Not swept in development: items.fill (running)" in page
+        production = browser.get("/backfills", params={"environment": "production"}).text
+        assert '<td>items.gated</td>\n      <td><span class="state">pending</span>' in production
+    with TestClient(durajobs.dashboard.app(database_url)) as browser:
+        assert "--app module:registry" in browser.get("/backfills").text
