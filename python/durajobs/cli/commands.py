@@ -204,6 +204,9 @@ def _cmd_dashboard(args: argparse.Namespace) -> int:
         read_only=args.read_only,
         auth_token=token,
         registry=registry,
+        # without a token only the loopback's names are answered: a page whose name was
+        # re-bound to 127.0.0.1 (DNS rebinding) sends its own
+        allowed_hosts=() if token is not None else LOOPBACK,
     )
     print(f"dashboard on http://{args.host}:{args.port}/", flush=True)
     uvicorn.run(served, host=args.host, port=args.port, log_level="warning")

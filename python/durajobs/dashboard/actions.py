@@ -7,6 +7,7 @@ and fix.
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import TYPE_CHECKING
 from uuid import UUID
 
@@ -14,7 +15,13 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from durajobs._db import calls
-from durajobs.dashboard.views import BULK_ACTIONS, BULK_STATES, bulk_filters
+from durajobs.dashboard.views import (
+    BULK_ACTIONS,
+    BULK_STATES,
+    LIST_MOST,
+    MOST_COUNTED,
+    bulk_filters,
+)
 from durajobs.errors import (
     ArgumentInvalid,
     DurajobsError,
@@ -27,8 +34,6 @@ from durajobs.errors import (
 
 if TYPE_CHECKING:
     from durajobs.dashboard.site import Dashboard
-
-MOST_BULK_CALLS = 100  # a bulk action moves at most 100,000 rows a click (1,000 a call)
 
 
 async def job(dashboard: Dashboard, request: Request) -> Response:
@@ -64,8 +69,16 @@ async def job(dashboard: Dashboard, request: Request) -> Response:
     return dashboard.back(request, f"/jobs/{id}", f"{action} done")
 
 
+async def _name(request: Request) -> str:
+    form = await request.form()
+    name = form.get("name")
+    if not isinstance(name, str) or not name:
+        raise ArgumentInvalid("the form names no queue or task", detail={"field": "name"})
+    return name
+
+
 async def queue(dashboard: Dashboard, request: Request) -> Response:
-    name, action = request.path_params["name"], request.path_params["action"]
+    name, action = await _name(request), request.path_params["action"]
     if action == "pause":
         await dashboard.run(calls.pause_queue(name, paused_by="dashboard"))
     elif action == "resume":
@@ -76,7 +89,7 @@ async def queue(dashboard: Dashboard, request: Request) -> Response:
 
 
 async def task(dashboard: Dashboard, request: Request) -> Response:
-    name, action = request.path_params["name"], request.path_params["action"]
+    name, action = await _name(request), request.path_params["action"]
     if action == "pause":
         await dashboard.run(calls.pause_task(name))
     elif action == "resume":
@@ -87,8 +100,10 @@ async def task(dashboard: Dashboard, request: Request) -> Response:
 
 
 async def bulk(dashboard: Dashboard, request: Request) -> Response:
-    """A bulk action over the filter its confirmation showed, 1,000 rows a call until none
-    is left (or the click's ceiling)."""
+    """A bulk action over exactly what its confirmation counted: the rows of the filter created
+    by the confirmation's instant, one operator call each, at most the count it showed. A row
+    that arrived later is not touched; a row that changed meanwhile is refused by its function
+    and counted as skipped."""
     action = request.path_params["action"]
     if action not in BULK_ACTIONS:
         raise ArgumentInvalid(f"no bulk action {action!r}", detail={"field": "action"})
@@ -98,19 +113,48 @@ async def bulk(dashboard: Dashboard, request: Request) -> Response:
         raise ArgumentInvalid(
             f"{action} takes jobs in {', '.join(BULK_STATES[action])}", detail={"field": "state"}
         )
-    builder = {
-        "requeue": calls.requeue_many,
-        "remove": calls.remove_many,
-        "promote": calls.promote_many,
-    }[action]
-    moved = 0
-    for _ in range(MOST_BULK_CALLS):
-        answer = await dashboard.run(
-            builder(
-                state, queue=filters["queue"], name=filters["name"], tenant_id=filters["tenant_id"]
+    form = await request.form()
+    confirmed, snapshot = _confirmed(form.get("count"), form.get("snapshot"))
+    act = {"requeue": calls.requeue, "remove": calls.remove, "promote": calls.promote}[action]
+    moved = skipped = 0
+    after = None
+    while moved + skipped < confirmed:
+        page = await dashboard.run(
+            calls.list_jobs(
+                state=state,
+                queue=filters["queue"],
+                name=filters["name"],
+                tenant_id=filters["tenant_id"],
+                created_to=snapshot,
+                page_size=LIST_MOST,
+                after=after,
             )
         )
-        moved += answer.affected
-        if answer.remaining == 0 or answer.affected == 0:
+        for row in page[: confirmed - moved - skipped]:
+            try:
+                done = await dashboard.run(act(row.id))
+            except DurajobsError:
+                done = False  # it changed since: its function refuses it
+            moved, skipped = (moved + 1, skipped) if done else (moved, skipped + 1)
+        if len(page) < LIST_MOST:
             break
-    return dashboard.back(request, "/jobs", f"{BULK_ACTIONS[action]} {moved} {state} jobs")
+        after = page[-1].id
+    said = f"{BULK_ACTIONS[action]} {moved} {state} jobs"
+    return dashboard.back(request, "/jobs", said + (f", {skipped} skipped" if skipped else ""))
+
+
+def _confirmed(count: object, snapshot: object) -> tuple[int, datetime]:
+    """The count and instant the confirmation showed, as its form sent them back."""
+    try:
+        number = int(str(count))
+        instant = datetime.fromisoformat(str(snapshot))
+    except ValueError:
+        raise ArgumentInvalid(
+            "a bulk action needs the count and instant of its confirmation: open it again",
+            detail={"field": "count, snapshot"},
+        ) from None
+    if not 0 <= number <= MOST_COUNTED or instant.tzinfo is None:
+        raise ArgumentInvalid(
+            "the confirmation's count or instant is out of range", detail={"field": "count"}
+        )
+    return number, instant

@@ -8,13 +8,14 @@ so a host application that mounts the dashboard (and never runs its lifespan) ow
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, RedirectResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
+from starlette.types import ASGIApp
 
 from durajobs.dashboard import actions, security, views
 from durajobs.dashboard.site import HERE, Dashboard
@@ -30,9 +31,7 @@ def guarded(handler: Handler, *, action: bool = False) -> Callable[[Request], Aw
 
     async def endpoint(request: Request) -> Response:
         dashboard: Dashboard = request.app.state.dashboard
-        response = await _answer(dashboard, request, handler, action)
-        response.headers.update(security.HEADERS)
-        return response
+        return await _answer(dashboard, request, handler, action)
 
     return endpoint
 
@@ -49,7 +48,9 @@ async def _answer(
         if dashboard.read_only:
             return PlainTextResponse("this dashboard is read-only", status_code=403)
         form = await request.form()
-        if not security.csrf_ok(request, form.get(security.CSRF_FIELD)):
+        if not security.csrf_ok(
+            request, form.get(security.CSRF_FIELD), dashboard.secret, dashboard.allowed_hosts
+        ):
             return PlainTextResponse(
                 "the form's CSRF token is missing or stale: reload the page and try again",
                 status_code=403,
@@ -83,12 +84,9 @@ async def _login(request: Request) -> Response:
                 samesite="strict",
                 path="/",
             )
-            response.headers.update(security.HEADERS)
             return response
         refused = True
-    page = dashboard.page(request, "login.html", title="Sign in", refused=refused)
-    page.headers.update(security.HEADERS)
-    return page
+    return dashboard.page(request, "login.html", title="Sign in", refused=refused)
 
 
 def app(
@@ -99,11 +97,14 @@ def app(
     auth: security.Auth | None = None,
     registry: Registry | None = None,
     refresh_seconds: int = 5,
-) -> Starlette:
+    allowed_hosts: Sequence[str] = (),
+) -> ASGIApp:
     """The dashboard as an ASGI app. Mount it inside an application (`app.mount("/jobs",
     durajobs.dashboard.app(database_url=...))`) behind that application's auth, or give it
     `auth` (a function of the request answering whether it may see the dashboard) or
-    `auth_token`. `read_only` refuses every action; `registry` adds each job's retries ahead."""
+    `auth_token`. `read_only` refuses every action; `registry` adds each job's retries ahead
+    and the backfills. `allowed_hosts` names the Host headers it answers (`durajobs dashboard`
+    without a token passes the loopback's, against DNS rebinding); empty: any."""
     dashboard = Dashboard(
         database_url,
         read_only=read_only,
@@ -111,10 +112,11 @@ def app(
         auth=auth,
         registry=registry,
         refresh_seconds=refresh_seconds,
+        allowed_hosts=allowed_hosts,
     )
     routes = [
         Route("/", guarded(views.overview)),
-        Route("/queues/{name}", guarded(views.queue)),
+        Route("/queues/{name:path}", guarded(views.queue)),
         Route("/jobs", guarded(views.jobs)),
         Route("/jobs/{id}", guarded(views.job)),
         Route("/dead", guarded(views.dead)),
@@ -125,12 +127,13 @@ def app(
         Route("/bulk/{action}", guarded(views.bulk_confirm)),
         Route("/login", _login, methods=["GET", "POST"]),
         Route("/jobs/{id}/{action}", guarded(actions.job, action=True), methods=["POST"]),
-        Route("/queues/{name}/{action}", guarded(actions.queue, action=True), methods=["POST"]),
-        Route("/tasks/{name}/{action}", guarded(actions.task, action=True), methods=["POST"]),
+        # a queue's or task's name travels in the form: any text, `/` and `?` included
+        Route("/actions/queue/{action}", guarded(actions.queue, action=True), methods=["POST"]),
+        Route("/actions/task/{action}", guarded(actions.task, action=True), methods=["POST"]),
         Route("/bulk/{action}", guarded(actions.bulk, action=True), methods=["POST"]),
         Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
     ]
 
     made = Starlette(routes=routes)
     made.state.dashboard = dashboard
-    return made
+    return security.SecurityHeaders(made)

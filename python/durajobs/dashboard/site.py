@@ -3,10 +3,13 @@ rendered and an action answered."""
 
 from __future__ import annotations
 
+import hashlib
 import inspect
+import secrets
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TypeVar
-from urllib.parse import urlencode
+from urllib.parse import quote, urlencode
 
 import psycopg
 from jinja2 import Environment, FileSystemLoader, select_autoescape
@@ -37,6 +40,7 @@ class Dashboard:
         auth: security.Auth | None = None,
         registry: Registry | None = None,
         refresh_seconds: int = 5,
+        allowed_hosts: Sequence[str] = (),
     ) -> None:
         if auth_token is not None and (not isinstance(auth_token, str) or len(auth_token) < 16):
             raise ConfigInvalid(
@@ -50,6 +54,15 @@ class Dashboard:
         self.registry = registry
         self.refresh_seconds = refresh_seconds
         self._checked = False  # the schema's version, checked on the first call
+        # the Host names answered (empty: any, for a host application to guard)
+        self.allowed_hosts = tuple(allowed_hosts)
+        # what the forms' CSRF tokens are HMACs under: a replica of the dashboard shares it
+        # through the token, else each process has its own (a form then posts to its server)
+        self.secret = (
+            hashlib.sha256(b"durajobs-dashboard-csrf:" + auth_token.encode()).digest()
+            if auth_token is not None
+            else secrets.token_bytes(32)
+        )
         self.templates = Environment(
             loader=FileSystemLoader(HERE / "templates"),
             autoescape=select_autoescape(default=True, default_for_string=True),
@@ -57,7 +70,12 @@ class Dashboard:
             lstrip_blocks=True,
         )
         self.templates.filters.update(
-            when=render.when, span=render.span, text=render.text, clip=render.clip
+            when=render.when,
+            span=render.span,
+            text=render.text,
+            clip=render.clip,
+            # a name in a URL's path: every character but the unreserved ones escaped
+            urlpart=lambda value: quote(str(value), safe=""),
         )
 
     async def run(self, call: Call[T]) -> T:
@@ -74,11 +92,11 @@ class Dashboard:
 
     def page(self, request: Request, template: str, **context: Any) -> Response:
         """Render `template` for `request`, with what every page needs."""
-        token = security.csrf_token(request) or security.new_csrf_token()
+        nonce = security.csrf_nonce(request) or security.new_csrf_nonce()
         body = self.templates.get_template(template).render(
             request=request,
             csrf_field=security.CSRF_FIELD,
-            csrf_token=token,
+            csrf_token=security.form_token(self.secret, nonce),
             read_only=self.read_only,
             refresh_seconds=self.refresh_seconds,
             done=request.query_params.get("done"),
@@ -86,18 +104,21 @@ class Dashboard:
             **context,
         )
         response = HTMLResponse(body, status_code=context.get("status", 200))
-        if security.csrf_token(request) != token:
+        if security.csrf_nonce(request) != nonce:
             response.set_cookie(
-                security.CSRF_COOKIE, token, httponly=True, samesite="strict", path="/"
+                security.CSRF_COOKIE, nonce, httponly=True, samesite="strict", path="/"
             )
         return response
 
     def back(self, request: Request, path: str, done: str) -> Response:
         """After an action: see the page it was taken on, saying what was done."""
-        target = f"{request.scope.get('root_path', '')}{path}?{urlencode({'done': done})}"
+        quoted = quote(path, safe="/")
+        target = f"{request.scope.get('root_path', '')}{quoted}?{urlencode({'done': done})}"
         return RedirectResponse(target, status_code=303)
 
     async def allowed(self, request: Request) -> bool:
+        if not security.host_ok(request, self.allowed_hosts):
+            return False
         if self.auth is not None:
             verdict = self.auth(request)
             if inspect.isawaitable(verdict):

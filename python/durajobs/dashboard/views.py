@@ -32,7 +32,7 @@ BULK_ACTIONS = {"requeue": "requeued", "remove": "removed", "promote": "promoted
 BULK_STATES = {
     "requeue": ("dead", "failed", "cancelled", "done"),
     "remove": ("dead", "failed", "cancelled", "done", "ready", "delayed", "suspended"),
-    "promote": ("delayed", "suspended", "ready"),
+    "promote": ("delayed", "ready"),
 }
 
 
@@ -246,7 +246,10 @@ async def limits(dashboard: Dashboard, request: Request) -> Response:
 
 
 async def bulk_confirm(dashboard: Dashboard, request: Request) -> Response:
-    """What a bulk action over a filter would touch, before it is taken."""
+    """What a bulk action over a filter would touch, counted now, before it is taken: the
+    action then touches at most that many, of the rows created by now."""
+    if dashboard.read_only:
+        raise ArgumentInvalid("this dashboard is read-only", detail={"field": "action"})
     action = request.path_params["action"]
     if action not in BULK_ACTIONS:
         raise ArgumentInvalid(f"no bulk action {action!r}", detail={"field": "action"})
@@ -257,7 +260,8 @@ async def bulk_confirm(dashboard: Dashboard, request: Request) -> Response:
             f"{action} takes jobs in {', '.join(BULK_STATES[action])}; pick one of them",
             detail={"field": "state"},
         )
-    count = await count_matching(dashboard, filters)
+    snapshot = datetime.now(UTC)
+    count = await count_matching(dashboard, filters, snapshot)
     return dashboard.page(
         request,
         "confirm.html",
@@ -265,6 +269,8 @@ async def bulk_confirm(dashboard: Dashboard, request: Request) -> Response:
         action=action,
         filters=filters,
         count=count,
+        most=MOST_COUNTED,
+        snapshot=snapshot.isoformat(),
     )
 
 
@@ -280,9 +286,11 @@ def bulk_filters(request: Request) -> dict[str, str | None]:
     return filters
 
 
-async def count_matching(dashboard: Dashboard, filters: dict[str, str | None]) -> int | None:
-    """How many jobs a bulk action over `filters` would touch, counted page by page through
-    jobs.list_jobs (the operator's own listing); None past MOST_COUNTED (say "more than")."""
+async def count_matching(
+    dashboard: Dashboard, filters: dict[str, str | None], snapshot: datetime
+) -> int:
+    """How many jobs of `filters` created by `snapshot` a bulk action would touch, counted
+    page by page through jobs.list_jobs (the operator's own listing), at most MOST_COUNTED."""
     total, after = 0, None
     while total < MOST_COUNTED:
         page = await dashboard.run(
@@ -291,12 +299,13 @@ async def count_matching(dashboard: Dashboard, filters: dict[str, str | None]) -
                 queue=filters["queue"],
                 name=filters["name"],
                 tenant_id=filters["tenant_id"],
+                created_to=snapshot,
                 page_size=LIST_MOST,
                 after=after,
             )
         )
         total += len(page)
         if len(page) < LIST_MOST:
-            return total
+            break
         after = page[-1].id
-    return None
+    return min(total, MOST_COUNTED)

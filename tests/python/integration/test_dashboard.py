@@ -4,6 +4,7 @@ auth token, the security headers, HTML escaping and redaction."""
 
 from __future__ import annotations
 
+import html
 import re
 import socket
 import subprocess
@@ -43,6 +44,15 @@ def _csrf(page: httpx.Response) -> str:
 
 def _post(client: TestClient, path: str, token: str, **fields: str) -> httpx.Response:
     return client.post(path, data={"csrf_token": token, **fields}, follow_redirects=False)
+
+
+def _submit(client: TestClient, page: httpx.Response, index: int = 0) -> httpx.Response:
+    """Post the page's `index`-th form as a browser would: its action and hidden fields."""
+    forms = re.findall(r'<form method="post" action="([^"]+)"[^>]*>(.*?)</form>', page.text, re.S)
+    action, body = forms[index]
+    fields = dict(re.findall(r'<input type="hidden" name="([^"]+)" value="([^"]*)">', body))
+    fields = {key: html.unescape(value) for key, value in fields.items()}
+    return client.post(html.unescape(action), data=fields, follow_redirects=False)
 
 
 # -- pages ------------------------------------------------------------------------------------
@@ -177,18 +187,39 @@ def test_cancel_promote_and_remove(dashboard, client):
 
 def test_pause_and_resume_a_queue_and_a_task(dashboard, client):
     ready_job(client, "q1", queue="mail")
-    token = _csrf(dashboard.get("/"))
-    assert _post(dashboard, "/queues/mail/pause", token).status_code == 303
+    paused = _submit(dashboard, dashboard.get("/queues/mail"))
+    assert paused.status_code == 303
     assert client.run(calls.queue_stats(["mail"]))[0].paused
     assert client.claim(["mail"], "w-test", batch_size=1) == []  # the claim stopped
-    assert _post(dashboard, "/queues/mail/resume", token).status_code == 303
+    assert _submit(dashboard, dashboard.get("/queues/mail")).status_code == 303
     assert not client.run(calls.queue_stats(["mail"]))[0].paused
     client.connection.execute("select jobs.scheduler_arm(task => 'nightly', watermark => now())")
-    assert _post(dashboard, "/tasks/nightly/pause", token).status_code == 303
+    assert _submit(dashboard, dashboard.get("/tasks")).status_code == 303
     assert "paused" in dashboard.get("/tasks").text
-    assert _post(dashboard, "/tasks/nightly/resume", token).status_code == 303
+    assert _submit(dashboard, dashboard.get("/tasks")).status_code == 303
     (task,) = client.run(calls.task_fires())
     assert not task.paused
+
+
+def test_a_name_with_url_characters_links_and_acts_on_itself(dashboard, client):
+    """A queue may be named with `/`, `?`, `#`, `&` or `+`: its links and its pause still
+    reach that queue, not a shorter or another one."""
+    tricky = "victim/resume?x=1#frag & co+"
+    ready_job(client, "t1", queue=tricky)
+    ready_job(client, "t2", queue="victim")
+    overview = dashboard.get("/")
+    link = re.search(r'<a href="(/queues/[^"]+)">' + re.escape(html.escape(tricky)), overview.text)
+    assert link is not None
+    page = dashboard.get(html.unescape(link.group(1)))
+    assert page.status_code == 200
+    assert f"Queue {html.escape(tricky)}" in page.text
+    answer = _submit(dashboard, page)
+    assert answer.status_code == 303
+    assert dashboard.get(answer.headers["location"]).status_code == 200
+    stats = {row.queue: row.paused for row in client.run(calls.queue_stats())}
+    assert stats == {tricky: True, "victim": False}
+    dead = dashboard.get("/dead", params={"queue": tricky})
+    assert dead.status_code == 200
 
 
 def test_a_bulk_requeue_says_how_many_first_then_moves_them(dashboard, client):
@@ -197,13 +228,25 @@ def test_a_bulk_requeue_says_how_many_first_then_moves_them(dashboard, client):
     confirm = dashboard.get("/bulk/requeue", params={"state": "dead", "queue": "bulk"})
     assert confirm.status_code == 200
     assert re.search(r"3 dead jobs\s+in queue <strong>bulk</strong>", confirm.text)
-    action = re.search(r'<form method="post" action="([^"]+)"', confirm.text)
-    assert action is not None
-    answer = _post(dashboard, action.group(1).replace("&amp;", "&"), _csrf(confirm))
+    answer = _submit(dashboard, confirm)
     assert answer.status_code == 303
     assert "requeued+3+dead+jobs" in answer.headers["location"]
     assert [stored_state(client, id) for id in dead] == [("ready",)] * 3
     assert dashboard.get("/bulk/requeue", params={"state": "ready"}).status_code == 400
+
+
+def test_a_bulk_action_touches_only_what_its_confirmation_counted(dashboard, client):
+    """Rows arriving between the confirmation and the click are not touched: the action takes
+    the rows of the filter created by the confirmation's instant, at most its count."""
+    counted = [dead_job(client, f"c{i}", queue="bulk") for i in range(2)]
+    confirm = dashboard.get("/bulk/remove", params={"state": "dead", "queue": "bulk"})
+    assert re.search(r"2 dead jobs", confirm.text)
+    time.sleep(0.01)
+    late = dead_job(client, "late", queue="bulk")
+    answer = _submit(dashboard, confirm)
+    assert "removed+2+dead+jobs" in answer.headers["location"]
+    assert [stored_state(client, id) for id in counted] == [None, None]
+    assert stored_state(client, late) == ("dead",)
 
 
 # -- guards -----------------------------------------------------------------------------------
@@ -223,7 +266,52 @@ def test_an_action_without_the_forms_token_is_refused(dashboard, client):
     assert forged.status_code == 403
     fresh = TestClient(dashboard.app)  # another browser: no cookie of its own
     assert fresh.post(f"/jobs/{id}/requeue", data={"csrf_token": token}).status_code == 403
+    sandboxed = dashboard.post(
+        f"/jobs/{id}/requeue",
+        data={"csrf_token": token},
+        headers={"origin": "null"},
+        follow_redirects=False,
+    )
+    assert sandboxed.status_code == 403
+    # a cookie planted by a sibling origin, submitted as its own token: not the HMAC
+    planted = TestClient(dashboard.app, cookies={"durajobs_csrf": "planted"})
+    assert planted.post(f"/jobs/{id}/requeue", data={"csrf_token": "planted"}).status_code == 403
     assert stored_state(client, id) == ("dead",)
+
+
+def test_only_the_loopback_names_are_answered_when_so_served(database_url, client):
+    """What `durajobs dashboard` does without a token: a Host other than the loopback's (a
+    page whose name was re-bound to 127.0.0.1) is refused, pages and actions alike."""
+    id = dead_job(client, "rebound")
+    hosts = ("127.0.0.1", "localhost", "::1")
+    with TestClient(durajobs.dashboard.app(database_url, allowed_hosts=hosts)) as browser:
+        evil = {"host": "evil.example:8080"}
+        assert browser.get("/", headers=evil).status_code == 401
+        page = browser.get(f"/jobs/{id}", headers={"host": "localhost:8080"})
+        assert page.status_code == 200
+        forged = browser.post(
+            f"/jobs/{id}/requeue",
+            data={"csrf_token": _csrf(page)},
+            headers={**evil, "origin": "http://evil.example:8080"},
+            follow_redirects=False,
+        )
+        assert forged.status_code == 401
+        local = browser.post(
+            f"/jobs/{id}/requeue",
+            data={"csrf_token": _csrf(page)},
+            headers={"host": "127.0.0.1:8080", "origin": "http://localhost:8080"},
+            follow_redirects=False,
+        )
+        assert local.status_code == 303
+    assert stored_state(client, id) == ("ready",)
+
+
+def test_the_headers_are_on_every_answer_and_read_only_offers_no_bulk(database_url, dashboard):
+    for path in ("/no-such-page", "/static/dashboard.css", "/static/favicon.svg"):
+        answer = dashboard.get(path)
+        assert "default-src 'none'" in answer.headers["content-security-policy"], path
+    with TestClient(durajobs.dashboard.app(database_url, read_only=True)) as viewer:
+        assert viewer.get("/bulk/remove", params={"state": "dead"}).status_code == 400
 
 
 def test_a_read_only_dashboard_offers_and_takes_no_action(database_url, client):
@@ -348,9 +436,7 @@ def test_bulk_promote_and_remove_say_how_many_then_act(dashboard, client):
     later = [delayed_job(client, f"p{i}", queue="later") for i in range(2)]
     confirm = dashboard.get("/bulk/promote", params={"state": "delayed", "queue": "later"})
     assert re.search(r"2 delayed jobs\s+in queue <strong>later</strong>", confirm.text)
-    action = re.search(r'<form method="post" action="([^"]+)"', confirm.text)
-    assert action is not None
-    answer = _post(dashboard, action.group(1).replace("&amp;", "&"), _csrf(confirm))
+    answer = _submit(dashboard, confirm)
     assert "promoted+2+delayed+jobs" in answer.headers["location"]
     assert client.connection.execute(
         "select bool_and(run_at <= now()) from jobs.jobs where id = any(%s)", [later]
@@ -358,10 +444,9 @@ def test_bulk_promote_and_remove_say_how_many_then_act(dashboard, client):
     gone = [done_job(client, f"g{i}", queue="old") for i in range(2)]
     confirm = dashboard.get("/bulk/remove", params={"state": "done", "queue": "old"})
     assert re.search(r"2 done jobs\s+in queue <strong>old</strong>", confirm.text)
-    action = re.search(r'<form method="post" action="([^"]+)"', confirm.text)
-    assert action is not None
-    _post(dashboard, action.group(1).replace("&amp;", "&"), _csrf(confirm))
+    _submit(dashboard, confirm)
     assert [stored_state(client, id) for id in gone] == [None, None]
+    assert dashboard.get("/bulk/promote", params={"state": "suspended"}).status_code == 400
 
 
 def test_search_by_key_and_a_jobs_run(dashboard, client):
