@@ -158,3 +158,20 @@ def _confirmed(count: object, snapshot: object) -> tuple[int, datetime]:
             "the confirmation's count or instant is out of range", detail={"field": "count"}
         )
     return number, instant
+
+
+async def webhook_endpoint(dashboard: Dashboard, request: Request) -> Response:
+    """Enable a disabled endpoint again (of one webhook and tenant, as the row shown)."""
+    if request.path_params["action"] != "enable":
+        raise ArgumentInvalid("the only endpoint action is enable", detail={"field": "action"})
+    form = await request.form()
+    fields = {key: form.get(key) for key in ("endpoint_id", "webhook", "tenant_id")}
+    endpoint_id, webhook, tenant = (
+        value if isinstance(value, str) and value else None for value in fields.values()
+    )
+    if endpoint_id is None or webhook is None:
+        raise ArgumentInvalid("the form names no endpoint", detail={"field": "endpoint_id"})
+    enabled = await dashboard.run(
+        calls.enable_webhook_endpoint(endpoint_id, webhook=webhook, tenant_id=tenant or "")
+    )
+    return dashboard.back(request, "/webhooks", f"enabled {enabled} endpoint {endpoint_id}")

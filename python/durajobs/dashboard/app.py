@@ -124,6 +124,7 @@ def app(
         Route("/workers", guarded(views.workers)),
         Route("/limits", guarded(views.limits)),
         Route("/backfills", guarded(views.backfills)),
+        Route("/webhooks", guarded(views.webhooks)),
         Route("/bulk/{action}", guarded(views.bulk_confirm)),
         Route("/login", _login, methods=["GET", "POST"]),
         Route("/jobs/{id}/{action}", guarded(actions.job, action=True), methods=["POST"]),
@@ -131,6 +132,11 @@ def app(
         Route("/actions/queue/{action}", guarded(actions.queue, action=True), methods=["POST"]),
         Route("/actions/task/{action}", guarded(actions.task, action=True), methods=["POST"]),
         Route("/bulk/{action}", guarded(actions.bulk, action=True), methods=["POST"]),
+        Route(
+            "/actions/webhook-endpoint/{action}",
+            guarded(actions.webhook_endpoint, action=True),
+            methods=["POST"],
+        ),
         Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
     ]
 

@@ -240,6 +240,22 @@ async def backfills(dashboard: Dashboard, request: Request) -> Response:
     )
 
 
+async def webhooks(dashboard: Dashboard, request: Request) -> Response:
+    """The webhook endpoints deliveries reached (the disabled first) and the newest attempts,
+    of one endpoint when `?endpoint=` names it."""
+    endpoint = (request.query_params.get("endpoint") or "").strip() or None
+    endpoints = await dashboard.run(calls.webhook_endpoints())
+    attempts = await dashboard.run(calls.webhook_attempts(endpoint_id=endpoint, max_rows=50))
+    return dashboard.page(
+        request,
+        "webhooks.html",
+        title="Webhook endpoints",
+        endpoints=endpoints,
+        attempts=attempts,
+        endpoint=endpoint,
+    )
+
+
 async def limits(dashboard: Dashboard, request: Request) -> Response:
     rows = await dashboard.run(calls.limits())
     return dashboard.page(request, "limits.html", title="Limits", limits=rows)

@@ -10,6 +10,7 @@ import socket
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Iterator
 from typing import Any
 
@@ -465,3 +466,49 @@ def test_search_by_key_and_a_jobs_run(dashboard, client):
     assert f'href="/jobs/{wanted}"' in dashboard.get(f"/jobs/{sibling}").text
     alone = ready_job(client, "alone")
     assert "The rest of this run" not in dashboard.get(f"/jobs/{alone}").text
+
+
+def _failed_delivery(client, tenant_id: str | None) -> None:
+    client.run(
+        calls.webhook_record(
+            "hooks.deliver",
+            endpoint_id="ep_<b>1</b>",
+            event_id="evt_1",
+            topic="invoice.paid",
+            job_id=uuid.uuid4(),
+            attempt=1,
+            outcome="failed",
+            status_code=500,
+            error="down",
+            duration_ms=12,
+            disable_after=1,
+            tenant_id=tenant_id,
+        )
+    )
+
+
+def test_the_webhooks_page_enables_one_disabled_endpoint(dashboard, client):
+    """The endpoints (the disabled first) and their attempts; Enable takes the endpoint of the
+    row's webhook and tenant only, and names are escaped."""
+    _failed_delivery(client, "acme")
+    _failed_delivery(client, None)
+    page = dashboard.get("/webhooks")
+    assert page.status_code == 200
+    assert "ep_<b>1</b>" not in page.text
+    assert page.text.count("ep_&lt;b&gt;1&lt;/b&gt;") >= 4  # two endpoints, two attempts
+    forms = re.findall(r'action="/actions/webhook-endpoint/enable"', page.text)
+    assert len(forms) == 2
+    acme = next(
+        index
+        for index, form in enumerate(
+            re.findall(r'<form method="post" action="[^"]+"[^>]*>(.*?)</form>', page.text, re.S)
+        )
+        if 'value="acme"' in form
+    )
+    answer = _submit(dashboard, page, acme)
+    assert answer.status_code == 303
+    rows = client.run(calls.webhook_endpoints())
+    assert {(row.tenant_id, row.disabled_at is None) for row in rows} == {
+        ("acme", True),
+        (None, False),
+    }
