@@ -120,7 +120,21 @@ def test_sigterm_interrupts_the_run_uncounted_and_another_worker_finishes_it(
 ):
     job = app_client.enqueue("two-steps", {"key": "k", "seconds": 60}, "k", max_attempts=1)
     first = _worker(database_url)
-    _wait_for(lambda: _effects(database_url, "first") == 1, timeout=30, what="step one")
+    # step one's record, not only its effect: drained between the two, the run would run step
+    # one again and wait its 60 s (the failure a loaded CI box once showed)
+    _wait_for(
+        lambda: (
+            _one(
+                database_url,
+                "select count(*) from jobs.steps where run_id = %s and name = 'first'"
+                " and status = 'completed'",
+                [job.run_id],
+            )
+            == (1,)
+        ),
+        timeout=30,
+        what="step one's record",
+    )
     started = time.monotonic()
     output = _stop(first)
     assert time.monotonic() - started < 20, "the drain waited for the body instead of cancelling"
