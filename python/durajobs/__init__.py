@@ -19,6 +19,7 @@ from durajobs._values.records import (
     EnqueueResult,
     Fence,
     HorizonHolder,
+    JobOutcome,
     JobType,
     QueueStat,
     SettleResult,
@@ -34,6 +35,7 @@ from durajobs._values.states import (
 from durajobs.client import Client
 from durajobs.declare.backfill import BackfillInput
 from durajobs.declare.export import ExportSink, LocalDirectory, Page
+from durajobs.declare.handle import JobHandle
 from durajobs.declare.limits import Concurrency
 from durajobs.declare.registry import Job, Registry, Settled
 from durajobs.declare.retry import ErrorClass, RetryPolicy, register_error_class
@@ -65,6 +67,7 @@ from durajobs.errors import (
     JobConcurrencyUnenforceable,
     JobDeclarationConflict,
     JobDuplicate,
+    JobFailed,
     JobInputInvalid,
     JobKeyBusy,
     JobLeaseLost,
@@ -77,11 +80,14 @@ from durajobs.errors import (
     JobNotRequeueable,
     JobOnSettledFailed,
     JobPageInvalid,
+    JobResultInvalid,
+    JobResultTimeout,
     JobRowStatusUnknown,
     JobSlotLost,
     JobTenantMismatch,
     JobTenantRequired,
     JobTimeout,
+    JobUncommitted,
     OutboxNoTransaction,
     PermissionDenied,
     SchemaVersionMismatch,
@@ -144,6 +150,8 @@ __all__ = [
     "JobDeclarationConflict",
     "JobDuplicate",
     "JobExecution",
+    "JobFailed",
+    "JobHandle",
     "JobInputInvalid",
     "JobKeyBusy",
     "JobLeaseLost",
@@ -155,7 +163,10 @@ __all__ = [
     "JobNotRemovable",
     "JobNotRequeueable",
     "JobOnSettledFailed",
+    "JobOutcome",
     "JobPageInvalid",
+    "JobResultInvalid",
+    "JobResultTimeout",
     "JobRowStatusUnknown",
     "JobSlotLost",
     "JobState",
@@ -163,6 +174,7 @@ __all__ = [
     "JobTenantRequired",
     "JobTimeout",
     "JobType",
+    "JobUncommitted",
     "LocalDirectory",
     "NackTarget",
     "OutboxNoTransaction",

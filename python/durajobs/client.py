@@ -14,12 +14,14 @@ from durajobs._db import calls
 from durajobs._db.calls import Call
 from durajobs._db.execute import check_schema, execute
 from durajobs._values.records import (
+    ChildSummary,
     ClaimedJob,
     CounterRow,
     CounterTotal,
     EnqueueResult,
     Fence,
     HorizonHolder,
+    JobOutcome,
     JobSummary,
     JobType,
     LimitRow,
@@ -154,8 +156,17 @@ class Client:
     def resume_queue(self, queue: str) -> bool:
         return self.run(calls.resume_queue(queue))
 
-    def cancel(self, id: UUID, *, reason: str | None = None) -> bool:
-        return self.run(calls.cancel(id, reason=reason))
+    def cancel(self, id: UUID, *, reason: str | None = None, children: bool = False) -> bool:
+        """Cancel a live job; `children=True` cancels its live descendants too."""
+        return self.run(calls.cancel(id, reason=reason, children=children))
+
+    def result(self, id: UUID) -> JobOutcome:
+        """Where the job stands now: its state, and its result or last error once finished."""
+        return self.run(calls.result(id))
+
+    def children(self, id: UUID, *, max_rows: int | None = None) -> list[ChildSummary]:
+        """The jobs the job's steps enqueued, oldest first."""
+        return self.run(calls.children(id, max_rows=max_rows))
 
     def publish_event(
         self,

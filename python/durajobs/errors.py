@@ -464,3 +464,19 @@ def error_codes_markdown() -> str:
         if "shell_fix" in entry:
             lines += ["", "From the `durajobs` command:", "", "```", entry["shell_fix"], "```"]
     return "\n".join(lines) + "\n"
+
+
+class JobResultTimeout(DurajobsError, TimeoutError):
+    code = "X_JOB_RESULT_TIMEOUT"
+
+
+class JobFailed(DurajobsError):
+    code = "X_JOB_FAILED"
+
+
+class JobResultInvalid(DurajobsError, ValueError):
+    code = "X_JOB_RESULT_INVALID"
+
+
+class JobUncommitted(DurajobsError):
+    code = "X_JOB_UNCOMMITTED"

@@ -47,6 +47,10 @@ create table jobs.jobs_live (
   -- so capped rows wait apart and an uncapped claim never reads them
   concurrency_key text,
   capped boolean not null default false,
+  -- what the body returned (set by the ack that ends the row, so NULL on every live row)
+  result jsonb,
+  -- the job whose step enqueued this one: its settle wakes that parent when it waits for it
+  parent_id uuid,
   constraint jobs_attempt_check check (attempt >= 0),
   constraint jobs_max_attempts_check check (max_attempts >= 1),
   constraint jobs_input_object_check check (jsonb_typeof(input) = 'object'),
@@ -89,6 +93,12 @@ create index jobs_queue_created_idx
   on jobs.jobs_live (queue, created_at, id)
   where queue is not null;
 
+-- a parent's children, live: what a child's settle asks before it wakes a waiting parent, and
+-- what a cancel cascades to. Partial: a job without a parent (nearly all) writes no entry
+create index jobs_live_parent_idx
+  on jobs.jobs_live (parent_id)
+  where parent_id is not null;
+
 -- the finished jobs (done, failed, dead, cancelled). Done rows, nearly all of them, are kept by the day they finished, so retention
 -- drops a day's partition instead of deleting its rows one by one; the day partitions are made
 -- ahead by jobs.prepare_history, and a row with no day partition yet lands in the default one.
@@ -123,6 +133,11 @@ create index jobs_history_id_idx
 create index jobs_history_queue_created_idx
   on jobs.jobs_history (queue, created_at, id);
 
+-- a parent's finished children: jobs.children and a resumed parent's outcomes
+create index jobs_history_parent_idx
+  on jobs.jobs_history (parent_id)
+  where parent_id is not null;
+
 -- every job, live or finished, as one relation: what a reader (psql, the CLI, another
 -- language's client) selects from. The functions write the two tables; a write to the view goes
 -- through to them (jobs._write_through), with the tables' defaults
@@ -131,14 +146,14 @@ create view jobs.jobs as
     id, name, queue, input, idempotency_key, tenant_id, run_id, state, priority, attempt,
     max_attempts, run_at, created_at, updated_at, finished_at, claimed_by, claimed_at,
     lease_expires_at, claims, last_error, last_error_code, last_error_stack, progress,
-    traceparent, enqueued_by, concurrency_key, capped
+    traceparent, enqueued_by, concurrency_key, capped, result, parent_id
     from jobs.jobs_live
   union all
   select
     id, name, queue, input, idempotency_key, tenant_id, run_id, state, priority, attempt,
     max_attempts, run_at, created_at, updated_at, finished_at, claimed_by, claimed_at,
     lease_expires_at, claims, last_error, last_error_code, last_error_stack, progress,
-    traceparent, enqueued_by, concurrency_key, capped
+    traceparent, enqueued_by, concurrency_key, capped, result, parent_id
     from jobs.jobs_history;
 
 alter view jobs.jobs alter column priority set default 0;

@@ -11,7 +11,8 @@
 -- is gone and finished_at is set. The three error columns are replaced only when error is given
 -- (error_code and error_stack then replace theirs, NULL included); give_back_attempt takes back
 -- the claim's increment (never below zero), for an attempt that does not count; claimed_by, when
--- given, names the claimer that ended a row it never ran (a refusal), claimed at `now`.
+-- given, names the claimer that ended a row it never ran (a refusal), claimed at `now`; result is
+-- what a completed body returned (NULL for any other ending).
 -- Answers a jobs.jobs_history row. Raises nothing. Locks nothing.
 create function jobs._ended(
   j jobs.jobs_live,
@@ -21,7 +22,8 @@ create function jobs._ended(
   error_code text default null,
   error_stack text default null,
   give_back_attempt boolean default false,
-  claimed_by text default null
+  claimed_by text default null,
+  result jsonb default null
 )
 returns jobs.jobs_history
 language sql
@@ -42,7 +44,8 @@ as $$
     case when _ended.error is null then j.last_error else _ended.error end,
     case when _ended.error is null then j.last_error_code else _ended.error_code end,
     case when _ended.error is null then j.last_error_stack else _ended.error_stack end,
-    j.progress, j.traceparent, j.enqueued_by, j.concurrency_key, j.capped
+    j.progress, j.traceparent, j.enqueued_by, j.concurrency_key, j.capped,
+    _ended.result, j.parent_id
   )::jobs.jobs_history
 $$;
 

@@ -253,7 +253,8 @@ $$;
 -- else 'default', 20 and 0; tenant_id (required when the declaration says so), run_at (now), id
 -- (the job's id, e.g. an outbox row's), run_id (keeps a resumed run's step history),
 -- on_conflict ('dedupe' or 'error'), traceparent, enqueued_by, concurrency_key (the run's key
--- under a declaration that limits concurrency per key: required there, at most 200 characters).
+-- under a declaration that limits concurrency per key: required there, at most 200 characters),
+-- parent_id (the job, of the same tenant, whose run waits for this one: its settle wakes it).
 -- Answers (id, run_id, deduped): the new job's ids, or with deduped = true the ids of the live job
 -- holding (name, tenant_id, idempotency_key), or of the row that already has the given id, live
 -- or finished. A run_at more than now makes the row 'delayed', else 'ready'.
@@ -279,7 +280,8 @@ create function jobs.enqueue(
   on_conflict text default 'dedupe',
   traceparent text default null,
   enqueued_by text default null,
-  concurrency_key text default null
+  concurrency_key text default null,
+  parent_id uuid default null
 )
 returns jobs.enqueue_result
 language plpgsql
@@ -327,6 +329,16 @@ begin
   if enqueue.run_id is not null and enqueue.run_id is distinct from enqueue.id then
     perform jobs._check_run_tenant('jobs.enqueue', 'run_id', enqueue.run_id, enqueue.tenant_id);
   end if;
+  -- a child is its parent's tenant's: its settle wakes the parent, its result feeds the run
+  if enqueue.parent_id is not null
+     and not exists (select 1
+                       from jobs.jobs p
+                      where p.id = enqueue.parent_id
+                        and coalesce(p.tenant_id, '') = coalesce(enqueue.tenant_id, '')) then
+    perform jobs._invalid('jobs.enqueue', 'parent_id',
+                          format('names no job of tenant %s',
+                                 coalesce(enqueue.tenant_id, '(none)')));
+  end if;
 
   -- two tries at most: the live holder may finish between the conflict and the lookup
   for v_try in 1..2 loop
@@ -335,14 +347,15 @@ begin
     insert into jobs.jobs_live as j (
       id, name, queue, input, idempotency_key, tenant_id, run_id, state, priority,
       max_attempts, run_at, created_at, updated_at, traceparent, enqueued_by, concurrency_key,
-      capped)
+      capped, parent_id)
     values (
       v_id, enqueue.name, v_queue, enqueue.input,
       enqueue.idempotency_key, enqueue.tenant_id, coalesce(enqueue.run_id, v_id),
       case when v_run_at > v_now then 'delayed' else 'ready' end, v_priority,
       v_max_attempts, v_run_at, v_now, v_now, enqueue.traceparent, enqueue.enqueued_by,
       enqueue.concurrency_key,
-      v_declared.concurrency is not null or jobs._rules_cap(v_queue, enqueue.tenant_id))
+      v_declared.concurrency is not null or jobs._rules_cap(v_queue, enqueue.tenant_id),
+      enqueue.parent_id)
     on conflict do nothing
     returning j.id, j.run_id, false
       into v_result;

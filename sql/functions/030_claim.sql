@@ -517,12 +517,19 @@ begin
                    claimed_by => _claim_limited.worker_id) e
           returning h.id, h.run_id, h.name, h.queue, h.input, h.tenant_id, h.state, h.attempt,
                     h.max_attempts, h.claims, h.priority, h.run_at, h.created_at,
-                    h.lease_expires_at, h.last_error, h.traceparent, h.enqueued_by, h.claimed_at
+                    h.lease_expires_at, h.last_error, h.traceparent, h.enqueued_by, h.claimed_at,
+                    h.parent_id
         ),
-        -- a refusal ends the row, so it counts where a settle would: as failed
+        -- a refusal ends the row, so it counts where a settle would: as failed; and it wakes
+        -- a waiting parent
         counted as (
           select jobs._count_settled(_claim_limited.now, array_agg(r.name), array_agg(r.state),
-                                     array_agg(r.claimed_at))
+                                     array_agg(r.claimed_at)),
+                 case when bool_or(r.parent_id is not null) then
+                   jobs._wake_parents(
+                     array_agg(r.id) filter (where r.parent_id is not null),
+                     array_agg(r.parent_id) filter (where r.parent_id is not null))
+                 end
             from refused r
         )
         select r.id, r.run_id, r.name, r.queue, r.input, r.tenant_id, r.state, r.attempt,
@@ -530,6 +537,7 @@ begin
                r.last_error, r.traceparent, r.enqueued_by, null::boolean
           from refused r
          cross join counted;
+      perform pg_notify('jobs_settled', '');
     end if;
   end if;
 
@@ -721,12 +729,17 @@ begin
                  v_now, error => 'LEASE_LAPSED_FINAL_ATTEMPT') e
         returning h.id, h.run_id, h.name, h.queue, h.input, h.tenant_id, h.state, h.attempt,
                   h.max_attempts, h.claims, h.priority, h.run_at, h.created_at,
-                  h.lease_expires_at, h.last_error, h.traceparent, h.enqueued_by, h.claimed_at
+                  h.lease_expires_at, h.last_error, h.traceparent, h.enqueued_by, h.claimed_at,
+                  h.parent_id
       ),
-      -- a burial ends the row, so it counts where a settle would
+      -- a burial ends the row, so it counts where a settle would, and wakes a waiting parent
       counted as (
         select jobs._count_settled(v_now, array_agg(b.name), array_agg(b.state),
-                                   array_agg(b.claimed_at))
+                                   array_agg(b.claimed_at)),
+               case when bool_or(b.parent_id is not null) then
+                 jobs._wake_parents(array_agg(b.id) filter (where b.parent_id is not null),
+                                    array_agg(b.parent_id) filter (where b.parent_id is not null))
+               end
           from buried b
       )
       select b.id, b.run_id, b.name, b.queue, b.input, b.tenant_id, b.state, b.attempt,
@@ -737,6 +750,9 @@ begin
                     order by s.run_id, s.name limit 1) is not null
         from buried b
        cross join counted;
+    if found then
+      perform pg_notify('jobs_settled', '');
+    end if;
 
     -- re-take: a dead worker's row with attempts left comes back as a new, counted attempt
     return query

@@ -53,7 +53,6 @@ set enable_seqscan = off
 set jit = off
 as $$
 declare
-  v_now timestamptz := jobs._now();
   v_landed bigint;
 begin
   -- the caller's kind, inline: a call of jobs._require costs a hot call more than the test
@@ -65,38 +64,23 @@ begin
     perform jobs._refuse_bound('jobs.ack_v1');
   end if;
   perform jobs._check_fence('jobs.ack_v1', ack_v1.id, ack_v1.worker_id, ack_v1.claim);
-  -- the counter moves in this statement, so it can never disagree with the rows
-  with gone as (
-    delete from jobs.jobs_live j
-     where j.id = ack_v1.id
-       and j.state = 'running'
-       and j.claimed_by = ack_v1.worker_id
-       and j.claims = ack_v1.claim
-    returning j
-  ),
-  settled as (
-    insert into jobs.jobs_history as h
-    select e.* from gone g cross join lateral jobs._ended(g.j, 'done', v_now) e
-    returning h.name, h.claimed_at
-  ),
-  counted as (
-    select jobs._count_settled(v_now, array_agg(s.name), array_agg('done'::text),
-                               array_agg(s.claimed_at))
-      from settled s
-  )
-  select count(*) into v_landed from settled, counted;
+  select count(*)
+    into v_landed
+    from jobs._ack_rows(ack_v1.worker_id, array[ack_v1.id], array[ack_v1.claim], null) a
+   where a.landed;
   return v_landed > 0;
 end;
 $$;
 
--- jobs.ack_many_v1: ack many claimed jobs of one worker in one statement.
--- Arguments: worker_id, ids and claims (parallel arrays of equal length).
--- Answers (id, landed) per id, in input order. Raises X_ARGUMENT_INVALID. Locks the rows this
--- worker holds under those claims, in id order, each read by primary key.
-create function jobs.ack_many_v1(worker_id text, ids uuid[], claims bigint[])
+-- jobs._ack_rows: ack claimed rows of one worker in one statement, each fenced on its claim,
+-- storing each row's result (results NULL, or shorter than ids: NULL results). The statement
+-- moves the rows to history, counts them, and wakes the parents waiting for them (030 of
+-- 230_children); the caller checked the arguments. Answers (id, landed) per id, in input order.
+-- Locks the rows this worker holds under those claims, in id order, each read by primary key,
+-- then their parents.
+create function jobs._ack_rows(worker_id text, ids uuid[], claims bigint[], results jsonb[])
 returns setof jobs.settle_result
 language plpgsql
-security definer
 volatile
 set search_path = pg_catalog, pg_temp
 set enable_seqscan = off
@@ -105,30 +89,12 @@ as $$
 declare
   v_now timestamptz := jobs._now();
 begin
-  -- the caller's kind, inline: a call of jobs._require costs a hot call more than the test
-  if not (pg_has_role(coalesce(nullif(current_setting('role'), 'none'), session_user)::name,
-                     jobs._role_name('worker'), 'usage')) then
-    perform jobs._denied(array['worker'], 'jobs.ack_many_v1');
-  end if;
-  if jobs._any_binding() then
-    perform jobs._refuse_bound('jobs.ack_many_v1');
-  end if;
-  if worker_id is null or worker_id !~ '[^[:space:]]' or length(worker_id) > 200 then
-    perform jobs._check_label('jobs.ack_many_v1', 'worker_id', ack_many_v1.worker_id);
-  end if;
-  if ids is null or claims is null or cardinality(ids) <> cardinality(claims)
-     or coalesce(array_ndims(ids), 1) <> 1 or coalesce(array_ndims(claims), 1) <> 1 then
-    perform jobs._invalid('jobs.ack_many_v1', 'ids, claims',
-                          'must be one-dimensional arrays of equal length');
-  end if;
-  if array_position(ids, null) is not null or array_position(claims, null) is not null then
-    perform jobs._invalid('jobs.ack_many_v1', 'ids, claims', 'must not contain NULL');
-  end if;
-
   return query
     with requested as (
-      select r.id, r.claim, r.ord
-        from unnest(ids, claims) with ordinality as r(id, claim, ord)
+      select r.id, r.claim, r.result, r.ord
+        from unnest(ids, claims, results) with ordinality as r(id, claim, result, ord)
+       -- results shorter than ids pads them, never the other way
+       where r.ord <= cardinality(ids)
     ),
     -- each row by primary key, locked, then judged: with the fence in the join the planner can
     -- read every live row of the table through a partial index whose statistics say no row is
@@ -142,13 +108,13 @@ begin
             from jobs.jobs_live j
            where j.id = r.id
              -- no index reads these: only the owner's rows are locked, never a stranger's
-             and j.claimed_by = ack_many_v1.worker_id
+             and j.claimed_by = _ack_rows.worker_id
              and j.claims = r.claim
           offset 0
              for update
         ) l
        where l.state = 'running'
-         and l.claimed_by = ack_many_v1.worker_id
+         and l.claimed_by = _ack_rows.worker_id
          and l.claims = r.claim
     ),
     gone as (
@@ -157,27 +123,41 @@ begin
       returning j.id, j.name, j.queue, j.input, j.idempotency_key, j.tenant_id, j.run_id,
                 j.priority, j.attempt, j.max_attempts, j.run_at, j.created_at, j.claimed_by,
                 j.claimed_at, j.claims, j.last_error, j.last_error_code, j.last_error_stack,
-                j.progress, j.traceparent, j.enqueued_by, j.concurrency_key, j.capped
+                j.progress, j.traceparent, j.enqueued_by, j.concurrency_key, j.capped,
+                j.parent_id
     ),
     -- what jobs._ended makes of each row, spelled out: a call of it per row costs a third of
-    -- the ack
+    -- the ack. A batch without results joins nothing (the right side is empty)
     settled as (
       insert into jobs.jobs_history_done as h (
         id, name, queue, input, idempotency_key, tenant_id, run_id, state, priority, attempt,
         max_attempts, run_at, created_at, updated_at, finished_at, claimed_by, claimed_at,
         lease_expires_at, claims, last_error, last_error_code, last_error_stack, progress,
-        traceparent, enqueued_by, concurrency_key, capped)
+        traceparent, enqueued_by, concurrency_key, capped, result, parent_id)
       select g.id, g.name, g.queue, g.input, g.idempotency_key, g.tenant_id, g.run_id, 'done',
              g.priority, g.attempt, g.max_attempts, g.run_at, g.created_at, v_now, v_now,
              g.claimed_by, g.claimed_at, null, g.claims, g.last_error, g.last_error_code,
              g.last_error_stack, g.progress, g.traceparent, g.enqueued_by, g.concurrency_key,
-             g.capped
+             g.capped, q.result, g.parent_id
         from gone g
-      returning h.id, h.claims, h.name, h.claimed_at
+        -- one result an id: an id named twice is acked once, as jobs.ack_many_v1 acks it
+        left join (select distinct on (r.id) r.id, r.result
+                     from requested r
+                    where results is not null
+                    order by r.id, r.ord) q
+          on q.id = g.id
+      returning h.id, h.claims, h.name, h.claimed_at, h.parent_id
     ),
+    -- the counters and the waiting parents move in this statement, so neither can disagree
+    -- with the rows; jobs._wake_parents is told which children just left, so it need not see
+    -- this statement's own deletes
     counted as (
       select jobs._count_settled(v_now, array_agg(s.name), array_agg('done'::text),
-                                 array_agg(s.claimed_at)) as rows
+                                 array_agg(s.claimed_at)) as rows,
+             case when bool_or(s.parent_id is not null) then
+               jobs._wake_parents(array_agg(s.id) filter (where s.parent_id is not null),
+                                  array_agg(s.parent_id) filter (where s.parent_id is not null))
+             end as woken
         from settled s
     )
     select r.id, s.id is not null
@@ -185,6 +165,133 @@ begin
       cross join counted
       left join settled s on s.id = r.id and s.claims = r.claim
      order by r.ord;
+  -- one notice a statement, whatever it settled: an awaiting caller reads its jobs again
+  perform pg_notify('jobs_settled', '');
+end;
+$$;
+
+-- jobs._check_ack_many: refuse a batch ack's malformed arguments. Raises X_ARGUMENT_INVALID.
+-- Locks nothing.
+create function jobs._check_ack_many(
+  function_name text,
+  worker_id text,
+  ids uuid[],
+  claims bigint[]
+)
+returns void
+language plpgsql
+immutable
+set search_path = pg_catalog, pg_temp
+as $$
+begin
+  if worker_id is null or worker_id !~ '[^[:space:]]' or length(worker_id) > 200 then
+    perform jobs._check_label(function_name, 'worker_id', worker_id);
+  end if;
+  if ids is null or claims is null or cardinality(ids) <> cardinality(claims)
+     or coalesce(array_ndims(ids), 1) <> 1 or coalesce(array_ndims(claims), 1) <> 1 then
+    perform jobs._invalid(function_name, 'ids, claims',
+                          'must be one-dimensional arrays of equal length');
+  end if;
+  if array_position(ids, null) is not null or array_position(claims, null) is not null then
+    perform jobs._invalid(function_name, 'ids, claims', 'must not contain NULL');
+  end if;
+end;
+$$;
+
+-- jobs.ack_many_v1: ack many claimed jobs of one worker in one statement, storing no results.
+-- Arguments: worker_id, ids and claims (parallel arrays of equal length).
+-- Answers (id, landed) per id, in input order. Raises X_ARGUMENT_INVALID. Locks the rows this
+-- worker holds under those claims, in id order, each read by primary key; then the parents
+-- of those that are children, to wake them.
+create function jobs.ack_many_v1(worker_id text, ids uuid[], claims bigint[])
+returns setof jobs.settle_result
+language plpgsql
+security definer
+volatile
+set search_path = pg_catalog, pg_temp
+set enable_seqscan = off
+set jit = off
+as $$
+begin
+  -- the caller's kind, inline: a call of jobs._require costs a hot call more than the test
+  if not (pg_has_role(coalesce(nullif(current_setting('role'), 'none'), session_user)::name,
+                     jobs._role_name('worker'), 'usage')) then
+    perform jobs._denied(array['worker'], 'jobs.ack_many_v1');
+  end if;
+  if jobs._any_binding() then
+    perform jobs._refuse_bound('jobs.ack_many_v1');
+  end if;
+  perform jobs._check_ack_many('jobs.ack_many_v1', worker_id, ids, claims);
+  return query
+    select a.id, a.landed from jobs._ack_rows(worker_id, ids, claims, null) a;
+end;
+$$;
+
+-- jobs.ack_results_v1: ack many claimed jobs of one worker in one statement, storing what
+-- each body returned.
+-- Arguments: worker_id, ids, claims and results (parallel arrays of equal length; a NULL
+-- result stores none). A result larger than the 'step_output' size limit fails its row instead
+-- (state 'failed', X_JOB_RESULT_INVALID), which counts as landed: the attempt ended.
+-- Answers (id, landed) per id, in input order. Raises X_ARGUMENT_INVALID. Locks as
+-- jobs.ack_many_v1.
+create function jobs.ack_results_v1(
+  worker_id text,
+  ids uuid[],
+  claims bigint[],
+  results jsonb[]
+)
+returns setof jobs.settle_result
+language plpgsql
+security definer
+volatile
+set search_path = pg_catalog, pg_temp
+set enable_seqscan = off
+set jit = off
+as $$
+declare
+  v_limit integer;
+  v_oversize integer[];
+  v_ord integer;
+  v_failed jsonb := '{}';
+begin
+  if not (pg_has_role(coalesce(nullif(current_setting('role'), 'none'), session_user)::name,
+                     jobs._role_name('worker'), 'usage')) then
+    perform jobs._denied(array['worker'], 'jobs.ack_results_v1');
+  end if;
+  if jobs._any_binding() then
+    perform jobs._refuse_bound('jobs.ack_results_v1');
+  end if;
+  perform jobs._check_ack_many('jobs.ack_results_v1', worker_id, ids, claims);
+  if results is null or cardinality(results) <> cardinality(ids)
+     or coalesce(array_ndims(results), 1) <> 1 then
+    perform jobs._invalid('jobs.ack_results_v1', 'results',
+                          'must be a one-dimensional array as long as ids');
+  end if;
+
+  -- an oversized result ends its row as a failure the body cannot retry away
+  select array_agg(r.ord)
+    into v_oversize
+    from unnest(results) with ordinality as r(result, ord)
+   where pg_column_size(r.result) > 1024
+     and jobs._json_bytes(r.result) > jobs._max_bytes('step_output');
+  if v_oversize is not null then
+    v_limit := jobs._max_bytes('step_output');
+    foreach v_ord in array v_oversize loop
+      v_failed := v_failed || jsonb_build_object(
+        ids[v_ord]::text,
+        jobs.nack_v1(
+          ids[v_ord], worker_id, claims[v_ord], 'failed',
+          error => format('X_JOB_RESULT_INVALID: the result is %s bytes, over the step_output '
+                          'limit of %s', jobs._json_bytes(results[v_ord]), v_limit),
+          error_code => 'X_JOB_RESULT_INVALID'));
+      results[v_ord] := null;
+      claims[v_ord] := -1;  -- the row is no longer running under its claim: nothing to ack
+    end loop;
+  end if;
+
+  return query
+    select a.id, coalesce((v_failed ->> a.id::text)::boolean, a.landed)
+      from jobs._ack_rows(worker_id, ids, claims, results) a;
 end;
 $$;
 
@@ -252,7 +359,7 @@ begin
     nack_v1.error_code := left(nack_v1.error_code, 200);
   end if;
 
-  select j.attempt, j.max_attempts
+  select j.attempt, j.max_attempts, j.parent_id
     into v_held
     from jobs.jobs_live j
    where j.id = nack_v1.id
@@ -289,6 +396,10 @@ begin
                                array_agg(s.claimed_at))
       into v_counted
       from settled s;
+    if v_held.parent_id is not null then
+      perform jobs._wake_parents(array[nack_v1.id], array[v_held.parent_id]);
+    end if;
+    perform pg_notify('jobs_settled', '');
     return true;
   end if;
 

@@ -28,7 +28,9 @@ as $$
     null, null, null,  -- last_error, last_error_code, last_error_stack
     h.progress, h.traceparent, h.enqueued_by, h.concurrency_key,
     -- the limits may have changed since the row was live
-    jobs._capped(h.name, h.queue, h.tenant_id)
+    jobs._capped(h.name, h.queue, h.tenant_id),
+    null,        -- result: the run ends again, with its own
+    h.parent_id
   )::jobs.jobs_live
 $$;
 

@@ -6,11 +6,18 @@
 
 -- jobs.cancel: cancel a live job (ready, delayed, running, suspended).
 -- Arguments: id; reason (optional, kept in last_error); tenant_id (optional: act only on that
--- tenant's job; a session bound to a tenant always acts for its tenant, 014_tenants).
+-- tenant's job; a session bound to a tenant always acts for its tenant, 014_tenants); children
+-- (also cancel every live descendant, the children its steps enqueued and theirs; a child's
+-- last_error names the parent). A cancelled child wakes a parent that waits for it.
 -- Answers true. Raises X_JOB_NOT_CANCELLABLE (the job is finished, and is left exactly as it
 -- ended, or no job of the tenant has that id), X_ARGUMENT_INVALID, X_JOB_TENANT_MISMATCH.
--- Locks the row.
-create function jobs.cancel(id uuid, reason text default null, tenant_id text default null)
+-- Locks the descendants (in id order), then the row, then its parent.
+create function jobs.cancel(
+  id uuid,
+  reason text default null,
+  tenant_id text default null,
+  children boolean default false
+)
 returns boolean
 language plpgsql
 security definer
@@ -20,6 +27,8 @@ as $$
 declare
   v_now timestamptz := jobs._now();
   v_state text;
+  v_descendants uuid[];
+  v_parent uuid;
 begin
   perform jobs._require(array['operator'], 'jobs.cancel', scoped => true);
   if id is null then
@@ -36,6 +45,35 @@ begin
                         jsonb_build_object('id', cancel.id, 'state', null));
   end if;
 
+  if cancel.children and exists (select 1 from jobs.jobs_live j where j.id = cancel.id) then
+    -- every descendant, through finished ones too; only the live ones are cancelled. Locked
+    -- before the parent, in id order: a settling child locks its own row, then its parent's
+    with recursive tree(id) as (
+      select c.id from jobs.jobs c where c.parent_id = cancel.id
+      union
+      select c.id from jobs.jobs c join tree t on c.parent_id = t.id
+    )
+    select array_agg(l.id order by l.id)
+      into v_descendants
+      from (select j.id
+              from jobs.jobs_live j
+             where j.id in (select t.id from tree t)
+             order by j.id
+               for update) l;
+    with gone as (
+      delete from jobs.jobs_live j
+       where j.id = any(v_descendants)
+      returning j
+    )
+    insert into jobs.jobs_history
+    select e.*
+      from gone g
+     cross join lateral jobs._ended(g.j, 'cancelled', v_now,
+                                    error => format('cancelled with job %s', cancel.id)
+                                             || coalesce(': ' || cancel.reason, ''),
+                                    error_code => 'X_JOB_CANCELLED') e;
+  end if;
+
   with gone as (
     delete from jobs.jobs_live j
      where j.id = cancel.id
@@ -46,8 +84,13 @@ begin
     from gone g
    cross join lateral jobs._ended(g.j, 'cancelled', v_now,
                                   error => 'cancelled' || coalesce(': ' || cancel.reason, ''),
-                                  error_code => 'X_JOB_CANCELLED') e;
+                                  error_code => 'X_JOB_CANCELLED') e
+  returning parent_id into v_parent;
   if found then
+    if v_parent is not null then
+      perform jobs._wake_parents(array[cancel.id], array[v_parent]);
+    end if;
+    perform pg_notify('jobs_settled', '');
     return true;
   end if;
 

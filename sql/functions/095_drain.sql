@@ -23,6 +23,7 @@ as $$
 declare
   v_now timestamptz := jobs._now();
   v_state text;
+  v_parent uuid;
 begin
   perform jobs._require(array['operator'], 'jobs.drain', scoped => true);
   if id is null then
@@ -43,8 +44,14 @@ begin
   insert into jobs.jobs_history
   select e.*
     from gone g
-   cross join lateral jobs._ended(g.j, 'done', v_now) e;
+   cross join lateral jobs._ended(g.j, 'done', v_now) e
+  returning parent_id into v_parent;
   if found then
+    -- a drained child settles for its parent as an acked one does
+    if v_parent is not null then
+      perform jobs._wake_parents(array[drain.id], array[v_parent]);
+    end if;
+    perform pg_notify('jobs_settled', '');
     return true;
   end if;
 

@@ -45,7 +45,28 @@ begin
 
   return jsonb_build_object(
     -- the input as an operator may see it: secrets' values hidden (017_redaction)
-    'job', jsonb_set(to_jsonb(v_job), '{input}', jobs._redacted(v_job.input)),
+    -- the input and the result as an operator may see them: secrets' values hidden
+    -- (017_redaction)
+    'job', jsonb_set(jsonb_set(to_jsonb(v_job), '{input}', jobs._redacted(v_job.input)),
+                     '{result}', coalesce(jobs._redacted(v_job.result), 'null'::jsonb)),
+    -- the jobs its steps enqueued: how many in each state, and the first 50
+    'children', (
+      select jsonb_build_object(
+               'total', coalesce(sum(c.n), 0),
+               'states', coalesce(jsonb_object_agg(c.state, c.n), '{}'::jsonb),
+               'first', coalesce((
+                 select jsonb_agg(jsonb_build_object('id', f.id, 'name', f.name,
+                                                     'state', f.state)
+                                  order by f.created_at, f.id)
+                   from (select k.id, k.name, k.state, k.created_at
+                           from jobs.jobs k
+                          where k.parent_id = v_job.id
+                          order by k.created_at, k.id
+                          limit 50) f), '[]'::jsonb))
+        from (select k.state, count(*) as n
+                from jobs.jobs k
+               where k.parent_id = v_job.id
+               group by k.state) c),
     'steps', coalesce((
       select jsonb_agg(jsonb_build_object(
                'name', s.name,

@@ -1,7 +1,7 @@
 -- 000_schema: the jobs schema, its tables, constraints and indexes.
 begin;
 \ir fixtures/factory.sql
-select plan(55);
+select plan(57);
 
 set local durajobs.now = '2026-01-01 00:00:00+00';
 
@@ -21,7 +21,7 @@ select columns_are('jobs', 'jobs', array[
   'id', 'name', 'queue', 'input', 'idempotency_key', 'tenant_id', 'run_id', 'state', 'priority',
   'attempt', 'max_attempts', 'run_at', 'created_at', 'updated_at', 'finished_at', 'claimed_by',
   'claimed_at', 'lease_expires_at', 'claims', 'last_error', 'last_error_code', 'last_error_stack',
-  'progress', 'traceparent', 'enqueued_by', 'concurrency_key', 'capped'],
+  'progress', 'traceparent', 'enqueued_by', 'concurrency_key', 'capped', 'result', 'parent_id'],
   'jobs.jobs has the documented columns');
 select columns_are('jobs', 'jobs_history',
                    array(select c.column_name::text
@@ -143,19 +143,21 @@ select ok(
 select indexes_are('jobs', 'jobs_live',
                    array['jobs_live_pkey', 'jobs_name_tenant_idempotency_live_idx',
                          'jobs_claim_idx', 'jobs_lease_idx', 'jobs_queue_created_idx',
-                         'jobs_run_shared_idx', 'jobs_capped_running_idx'],
+                         'jobs_run_shared_idx', 'jobs_capped_running_idx', 'jobs_live_parent_idx'],
                    'jobs.jobs_live carries no index the functions do not use (each costs every '
                    'insert and, as no claim is HOT, every claim it covers): none on (created_at, '
                    'id) alone, none of finished rows; the one of jobs continuing another''s run, '
-                   'and the running rows of capped jobs that the claim counts against limits');
+                   'the running rows of capped jobs that the claim counts against limits, and '
+                   'the children of a parent');
 select indexes_are('jobs', 'jobs_history',
                    array['jobs_history_id_idx', 'jobs_history_queue_created_idx',
-                         'jobs_history_run_shared_idx'],
-                   'jobs.jobs_history is indexed by id, for listings, and by shared run');
+                         'jobs_history_run_shared_idx', 'jobs_history_parent_idx'],
+                   'jobs.jobs_history is indexed by id, for listings, by shared run and by parent');
 select indexes_are('jobs', 'jobs_history_done_default',
                    array['jobs_history_done_default_id_idx',
                          'jobs_history_done_default_queue_created_at_id_idx',
-                         'jobs_history_done_default_run_id_idx', 'jobs_done_idx'],
+                         'jobs_history_done_default_run_id_idx', 'jobs_done_idx',
+                         'jobs_history_done_default_parent_id_idx'],
                    'the default partition of done rows is also indexed by age: the purge deletes '
                    'its rows one by one; a day partition goes whole and needs no such index');
 select ok(
@@ -185,9 +187,18 @@ select types_are('jobs', array['enqueue_result', '_enqueue_request', 'claimed_jo
                                'step_record', 'queue_stat', 'outbox_record', 'event_lookup',
                                'task_state', 'job_summary', 'bulk_result', 'counter_row',
                                'queue_depth_row', 'purge_result', 'job_type', 'declare_result',
-                               'limit_row', 'limit_rule', 'heartbeat_answer', 'horizon_holder'],
+                               'limit_row', 'limit_rule', 'heartbeat_answer', 'horizon_holder',
+                               'job_outcome', 'children_wait'],
                  'schema jobs declares the answer types');
 select has_composite('jobs', 'enqueue_result', 'jobs.enqueue_result exists');
+select ok(
+  (select indexdef from pg_indexes where schemaname = 'jobs' and indexname = 'jobs_live_parent_idx')
+  like $$%(parent_id) WHERE (parent_id IS NOT NULL)$$,
+  'the parent index holds only children: a job without a parent writes no entry');
+select ok(
+  (select 'security_invoker=true' = any(c.reloptions)
+     from pg_class c where c.oid = 'jobs.jobs'::regclass),
+  'jobs.jobs reads its tables as its reader, so the tenant policies hold through it');
 
 -- the hot table is vacuumed early: two dead tuples a job, no HOT update possible; and it is
 -- analyzed after a fixed count of changes, like the steps and the outbox

@@ -4,7 +4,7 @@ begin;
 select plan(36);
 
 -- jobs.version: the installed schema version is the newest revision's number
-select is(jobs.version(), 19, 'jobs.version() answers 19, the factory ledgers'' revision');
+select is(jobs.version(), 20, 'jobs.version() answers 20, the results and children revision');
 
 -- jobs._now honours durajobs.now, and follows it when it changes mid-transaction
 set local durajobs.now = '2026-01-01 00:00:00+00';

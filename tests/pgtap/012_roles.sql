@@ -229,7 +229,7 @@ reset role;
 
 select lives_ok($$ select jobs.grant_roles('t_enq2', 't_wrk2', 't_opr2') $$,
                 'grant_roles with new names');
-select is(has_function_privilege('t_enq', 'jobs.enqueue(text, jsonb, text, text, text, timestamptz, integer, integer, uuid, uuid, text, text, text, text)', 'execute'),
+select is(has_function_privilege('t_enq', 'jobs.enqueue(text, jsonb, text, text, text, timestamptz, integer, integer, uuid, uuid, text, text, text, text, uuid)', 'execute'),
           false, 'the old enqueuer role lost EXECUTE');
 select is(has_schema_privilege('t_opr', 'jobs', 'usage'), false, 'the old operator role lost USAGE');
 select is(has_table_privilege('t_opr', 'jobs.jobs', 'select'), false,

@@ -45,8 +45,8 @@ select jobs_test.record_step(:'oid', :o_claim, name => 'a-other') \g /dev/null
 select jobs.inspect_job(id => :'iid') as doc \gset
 
 select is((select array_agg(k order by k) from jsonb_object_keys(:'doc'::jsonb) k),
-          array['job', 'limit', 'queue_paused', 'rules', 'steps'],
-          'inspect_job answers job, steps, queue_paused, limit, rules');
+          array['children', 'job', 'limit', 'queue_paused', 'rules', 'steps'],
+          'inspect_job answers job, steps, queue_paused, limit, rules, children');
 select is(:'doc'::jsonb -> 'job', to_jsonb(jobs_test.job(:'iid')),
           'job is the whole row, every column');
 select is(:'doc'::jsonb -> 'job' -> 'input', '{"user_id": 42}'::jsonb, 'job carries the input');

@@ -20,6 +20,8 @@ from durajobs._values.records import (
     BackfillPass,
     BackfillStart,
     BulkResult,
+    ChildSummary,
+    ChildWait,
     ClaimedJob,
     CounterRow,
     CounterTotal,
@@ -28,6 +30,7 @@ from durajobs._values.records import (
     EventLookup,
     Fence,
     HorizonHolder,
+    JobOutcome,
     JobSummary,
     JobType,
     LimitRow,
@@ -133,6 +136,7 @@ def enqueue(
     traceparent: str | None = None,
     enqueued_by: str | None = None,
     concurrency_key: str | None = None,
+    parent_id: UUID | None = None,
 ) -> Call[EnqueueResult]:
     arguments = {
         "name": name,
@@ -151,6 +155,7 @@ def enqueue(
         "traceparent": traceparent,
         "enqueued_by": enqueued_by,
         "concurrency_key": concurrency_key,
+        "parent_id": parent_id,
     }
     return _call("jobs.enqueue", EnqueueResult.COLUMNS, arguments, _one(EnqueueResult.from_row))
 
@@ -226,6 +231,20 @@ def ack_many_landed(worker_id: str, ids: Sequence[UUID], claims: Sequence[int]) 
     batch, which need not decode every id back."""
     arguments = {"worker_id": worker_id, "ids": _array(ids), "claims": _array(claims)}
     return _call("jobs.ack_many_v1", "landed", arguments, _first_column)
+
+
+def ack_results_landed(
+    worker_id: str, ids: Sequence[UUID], claims: Sequence[int], results: Sequence[Any]
+) -> Call[list[bool]]:
+    """`jobs.ack_results_v1`: acks that store what each body returned (JSON; None stores none),
+    answering only whether each landed, in input order."""
+    arguments = {
+        "worker_id": worker_id,
+        "ids": _array(ids),
+        "claims": _array(claims),
+        "results": [None if result is None else Jsonb(result) for result in results],
+    }
+    return _call("jobs.ack_results_v1", "landed", arguments, _first_column)
 
 
 def nack_many_landed(worker_id: str, nacks: Sequence[Mapping[str, Any]]) -> Call[list[bool]]:
@@ -367,8 +386,35 @@ def drain(id: UUID) -> Call[bool]:
     return _call("jobs.drain", "", {"id": id}, _scalar, scalar=True)
 
 
-def cancel(id: UUID, *, reason: str | None = None) -> Call[bool]:
-    return _call("jobs.cancel", "", {"id": id, "reason": reason}, _scalar, scalar=True)
+def cancel(id: UUID, *, reason: str | None = None, children: bool = False) -> Call[bool]:
+    arguments = {"id": id, "reason": reason, "children": children or None}
+    return _call("jobs.cancel", "", arguments, _scalar, scalar=True)
+
+
+def results(ids: Sequence[UUID]) -> Call[list[JobOutcome]]:
+    """`jobs.results`: the outcomes of the jobs of these ids that exist, in no order."""
+    return _call(
+        "jobs.results", JobOutcome.COLUMNS, {"ids": _array(ids)}, _all(JobOutcome.from_row)
+    )
+
+
+def result(id: UUID) -> Call[JobOutcome]:
+    """`jobs.result`: one job's outcome; X_JOB_NOT_FOUND when no job has the id."""
+    return _call("jobs.result", JobOutcome.COLUMNS, {"id": id}, _one(JobOutcome.from_row))
+
+
+def children(parent_id: UUID, *, max_rows: int | None = None) -> Call[list[ChildSummary]]:
+    arguments = {"parent_id": parent_id, "max_rows": max_rows}
+    return _call("jobs.children", ChildSummary.COLUMNS, arguments, _all(ChildSummary.from_row))
+
+
+def wait_children(
+    fence: Fence, name: str, children: Sequence[UUID], *, poll: timedelta | None = None
+) -> Call[ChildWait]:
+    """`jobs.wait_children_v1`: the children's outcomes once all settled, else the parent is
+    parked (the attempt is over: the caller must not settle it)."""
+    arguments = {**fence.arguments(), "name": name, "children": _array(children), "poll": poll}
+    return _call("jobs.wait_children_v1", ChildWait.COLUMNS, arguments, _one(ChildWait.from_row))
 
 
 def requeue(id: UUID, *, from_step: str | None = None) -> Call[bool]:

@@ -10,12 +10,13 @@ connection as they are.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any
 
 import psycopg
+from psycopg.pq import TransactionStatus
 
 from durajobs.errors import ConfigInvalid
 
@@ -108,3 +109,22 @@ async def async_connection(transaction: object) -> psycopg.AsyncConnection[Any]:
         detail={"type": type(transaction).__name__},
         hint="pass a SQLAlchemy AsyncSession or AsyncConnection, or a psycopg AsyncConnection",
     )
+
+
+# a transaction begun and not ended (a closed connection's is UNKNOWN: it ended with it)
+_OPEN = frozenset({TransactionStatus.ACTIVE, TransactionStatus.INTRANS, TransactionStatus.INERROR})
+
+
+def open_transaction_probe(transaction: object | None) -> Callable[[], bool] | None:
+    """A check of whether `transaction` (what an enqueue joined) is still open, for a wait on
+    the job it enqueued: None when the enqueue joined none (it committed on its own)."""
+    if transaction is None:
+        return None
+    in_transaction = getattr(transaction, "in_transaction", None)
+    if callable(in_transaction):  # a SQLAlchemy Session or Connection, sync or async
+        return lambda: bool(in_transaction())
+    # a psycopg connection, or a durajobs Client's
+    connection = getattr(transaction, "connection", transaction)
+    if isinstance(connection, psycopg.Connection | psycopg.AsyncConnection):
+        return lambda: not connection.closed and connection.info.transaction_status in _OPEN
+    return None

@@ -10,7 +10,7 @@ from enum import StrEnum
 from typing import Any, ClassVar, Self
 from uuid import UUID
 
-from durajobs._values.states import DeclareOutcome, JobState, StepStatus, narrow
+from durajobs._values.states import LIVE_STATES, DeclareOutcome, JobState, StepStatus, narrow
 
 Row = tuple[Any, ...]
 # field name -> (the StrEnum it is read into, the "table.column" a bad value is reported against)
@@ -162,6 +162,50 @@ class SettleResult(Answer):
 
     id: UUID
     landed: bool
+
+
+@dataclass(frozen=True, slots=True)
+class JobOutcome(Answer):
+    """Where a job stands as `jobs.results` answers it: its state, and for a finished one its
+    result (done) or its last error and code (failed, dead, cancelled)."""
+
+    NARROWED: ClassVar[Narrowed] = {"state": (JobState, "jobs.jobs.state")}
+
+    id: UUID
+    state: JobState
+    result: Any
+    error: str | None
+    error_code: str | None
+    finished_at: datetime | None
+
+    @property
+    def finished(self) -> bool:
+        return self.state not in LIVE_STATES
+
+
+@dataclass(frozen=True, slots=True)
+class ChildWait(Answer):
+    """What `jobs.wait_children_v1` answered: every child settled (with their outcomes, one
+    JSON object each in the order asked), or the parent is parked and the attempt is over."""
+
+    settled: bool
+    outcomes: list[dict[str, Any]] | None
+
+
+@dataclass(frozen=True, slots=True)
+class ChildSummary(Answer):
+    """One child of a job, as `jobs.children` lists it."""
+
+    NARROWED: ClassVar[Narrowed] = {"state": (JobState, "jobs.jobs.state")}
+
+    id: UUID
+    name: str
+    state: JobState
+    result: Any
+    error: str | None
+    error_code: str | None
+    created_at: datetime
+    finished_at: datetime | None
 
 
 @dataclass(frozen=True, slots=True)

@@ -50,7 +50,9 @@ zone), intervals are seconds. The keys are stable:
                     "attempts", "started_at", "updated_at", "finished_at", "wake_at",
                     "duration_ms", "output_bytes", "error"}, ...], "queue_paused": bool,
                     "retries_ahead": [{"after_attempt", "delay_seconds"}, ...] | null,
-                    "backfill": {the backfill's state, "this_pass": {...} | null} | null}
+                    "backfill": {the backfill's state, "this_pass": {...} | null} | null,
+                    "children": {"total", "states": {STATE: n}, "first": [{"id", "name",
+                    "state"}, ...]}}  (the job's "result" is what a done body returned)
                    (JobDetail.as_json; retries_ahead is null without --app or a declaration,
                    backfill null without --app or for a job that is not a backfill's)
     jobs cancel|requeue|remove|promote|drain
@@ -323,12 +325,31 @@ def _job_fields(detail: JobDetail) -> list[tuple[str, str]]:
         ("claimed by", _holder_text(job)),
         ("enqueued by", render.text(job.get("enqueued_by"))),
         ("input", render.clip(json.dumps(job.get("input")), 100)),
+        ("result", _result_text(job)),
+        ("parent", render.text(job.get("parent_id"))),
+        ("children", _children_text(detail.children)),
         ("progress", _progress_text(job.get("progress"))),
         ("last error", _last_error_text(job)),
         ("limit", _limit_detail_text(detail.limit)),
         *[("set limit", _rule_detail_text(rule)) for rule in detail.rules],
         *([("backfill", _backfill_text(detail.backfill))] if detail.backfill else []),
     ]
+
+
+def _result_text(job: dict[str, Any]) -> str:
+    """What a done job returned (None stores none), clipped; nothing for any other state."""
+    if job["state"] != "done" or job.get("result") is None:
+        return render.NOTHING
+    return render.clip(json.dumps(job["result"]), 100)
+
+
+def _children_text(children: dict[str, Any]) -> str:
+    """How many jobs the job's steps enqueued, by state."""
+    total = int(children.get("total") or 0)
+    if not total:
+        return render.NOTHING
+    states = ", ".join(f"{n} {state}" for state, n in sorted(children["states"].items()))
+    return f"{total} ({states})"
 
 
 def _rule_detail_text(rule: dict[str, Any]) -> str:
@@ -461,7 +482,7 @@ def _acted(
 def _cmd_jobs_cancel(args: argparse.Namespace) -> int:
     # an unknown id is X_JOB_NOT_CANCELLABLE here as in SQL: one code whatever the surface
     with _connect(args) as client:
-        answered = client.run(calls.cancel(args.id, reason=args.reason))
+        answered = client.run(calls.cancel(args.id, reason=args.reason, children=args.children))
     return _acted(args, "cancelled", answered, JobNotCancellable)
 
 
@@ -1056,6 +1077,11 @@ def _add_jobs_actions(actions: Subcommands, with_database: WithDatabase) -> None
     cancel = _leaf(actions, "cancel", "cancel a live job", _cmd_jobs_cancel, with_database)
     cancel.add_argument("id", type=_job_id, help="the job's id")
     cancel.add_argument("--reason", help="kept in the job's last error")
+    cancel.add_argument(
+        "--children",
+        action="store_true",
+        help="also cancel every live job its steps enqueued (and theirs)",
+    )
 
     requeue = _leaf(
         actions, "requeue", "run a finished job again", _cmd_jobs_requeue, with_database

@@ -173,6 +173,11 @@ async def job(dashboard: Dashboard, request: Request) -> Response:
         job=detail.job,
         steps=detail.steps,
         input_json=json.dumps(detail.job.get("input"), indent=2, ensure_ascii=False),
+        result_json=(
+            None
+            if detail.job.get("result") is None
+            else json.dumps(detail.job["result"], indent=2, ensure_ascii=False)
+        ),
         trace_id=_trace_id(detail.job.get("traceparent")),
         run=[row for row in run if row.id != id],
     )

@@ -37,6 +37,7 @@ class EnqueueRequest:
     enqueued_by: str | None = None
     traceparent: str | None = None
     concurrency_key: str | None = None  # the run's key under a keyed concurrency limit
+    parent_id: UUID | None = None  # the job whose step enqueues this one as its child
 
     def call(self) -> calls.Call[EnqueueResult]:
         """`jobs.enqueue` with these arguments: the job's row, written where it runs."""
@@ -54,6 +55,7 @@ class EnqueueRequest:
             enqueued_by=self.enqueued_by,
             traceparent=self.traceparent,
             concurrency_key=self.concurrency_key,
+            parent_id=self.parent_id,
         )
 
     def staged_call(self) -> calls.Call[EnqueueResult]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import json
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -17,6 +18,7 @@ from uuid import UUID
 from pydantic import BaseModel, ValidationError
 
 from durajobs._db import calls
+from durajobs._db.transactions import open_transaction_probe
 from durajobs._values.durations import Duration, parse_duration
 from durajobs._values.records import Declared, EnqueueResult
 from durajobs.declare.backfill import (
@@ -37,6 +39,7 @@ from durajobs.declare.export import (
     Page,
     plan_export,
 )
+from durajobs.declare.handle import JobHandle
 from durajobs.declare.limits import Concurrency, Limit, parse_concurrency
 from durajobs.declare.retry import RetryPolicy
 from durajobs.declare.router import Router
@@ -54,6 +57,7 @@ from durajobs.errors import (
     IdempotencyRequired,
     JobDuplicate,
     JobInputInvalid,
+    JobResultInvalid,
     JobTenantMismatch,
     JobTenantRequired,
     TenancyActorOrgRequired,
@@ -134,6 +138,7 @@ class Job(Generic[I]):
     registry: Registry = field(repr=False)
     priority: int = 0  # an enqueue's default; lower runs first
     concurrency: Limit | None = None  # at most this many running across the fleet
+    output_model: type[BaseModel] | None = None  # what the body returns, validated when given
 
     @property
     def is_async(self) -> bool:
@@ -172,6 +177,41 @@ class Job(Generic[I]):
                 "errors": invalid.errors(include_url=False),
             },
         )
+
+    def stored_result(self, value: Any) -> Any:
+        """What the body returned, as the JSON the ack stores: validated and dumped by the
+        declared output model, else as JSON reads it back (a tuple becomes a list). Raises
+        X_JOB_RESULT_INVALID for a value that is neither."""
+        if value is None:
+            return None
+        if self.output_model is not None:
+            try:
+                model = (
+                    value
+                    if isinstance(value, self.output_model)
+                    else self.output_model.model_validate(value)
+                )
+            except ValidationError as invalid:
+                first = invalid.errors()[0]
+                raise JobResultInvalid(
+                    f"job {self.name}: the result does not validate against "
+                    f"{self.output_model.__name__}: {first['msg']}",
+                    detail={"job": self.name, "errors": invalid.errors(include_url=False)},
+                ) from None
+            return model.model_dump(mode="json")
+        try:
+            return json.loads(json.dumps(value, allow_nan=False))
+        except (TypeError, ValueError) as invalid:
+            raise JobResultInvalid(
+                f"job {self.name} returned {type(value).__name__}, which is not JSON: {invalid}",
+                detail={"job": self.name, "type": type(value).__name__},
+            ) from None
+
+    def read_result(self, stored: Any) -> Any:
+        """A stored result as the awaiting caller gets it: the output model when declared."""
+        if self.output_model is None or stored is None:
+            return stored
+        return self.output_model.model_validate(stored)
 
     def request(
         self,
@@ -249,15 +289,18 @@ class Job(Generic[I]):
         using: Using = None,
         outbox: bool = True,
         **options: Unpack[EnqueueOptions],
-    ) -> EnqueueResult:
+    ) -> JobHandle:
         """Put one run of this job on the queue; never runs the handler here.
 
         Runs on `using` (a psycopg connection joins its transaction) or the registry's database.
         Options: delay or run_at, queue, run_id, on_conflict ('dedupe' or 'error'), priority;
         `outbox=False` publishes to the queue directly even inside a transaction.
-        Answers (id, run_id, deduped). Raises X_JOB_INPUT_INVALID and the SQL errors.
+        Answers a JobHandle: (id, run_id, deduped), and `result()`/`wait()` for what the job
+        returns. Raises X_JOB_INPUT_INVALID and the SQL errors.
         """
-        return self.registry.router.send(self.request(input, **options), using, outbox=outbox)
+        request = self.request(input, **options)
+        router = self.registry.router
+        return self._handle(router.send(request, using, outbox=outbox), using, outbox)
 
     async def enqueue_async(
         self,
@@ -266,10 +309,11 @@ class Job(Generic[I]):
         using: Using = None,
         outbox: bool = True,
         **options: Unpack[EnqueueOptions],
-    ) -> EnqueueResult:
+    ) -> JobHandle:
         """Async form of `enqueue`."""
         request = self.request(input, **options)
-        return await self.registry.router.send_async(request, using, outbox=outbox)
+        answer = await self.registry.router.send_async(request, using, outbox=outbox)
+        return self._handle(answer, using, outbox)
 
     def as_(
         self,
@@ -279,10 +323,10 @@ class Job(Generic[I]):
         using: Using = None,
         outbox: bool = True,
         **options: Unpack[EnqueueOptions],
-    ) -> EnqueueResult:
+    ) -> JobHandle:
         """Enqueue on behalf of `actor`: its org is the tenant, its id the enqueued_by."""
         request = self.request(input, actor=actor, **options)
-        return self.registry.router.send(request, using, outbox=outbox)
+        return self._handle(self.registry.router.send(request, using, outbox=outbox), using, outbox)
 
     async def as_async(
         self,
@@ -292,10 +336,24 @@ class Job(Generic[I]):
         using: Using = None,
         outbox: bool = True,
         **options: Unpack[EnqueueOptions],
-    ) -> EnqueueResult:
+    ) -> JobHandle:
         """Async form of `as_`."""
         request = self.request(input, actor=actor, **options)
-        return await self.registry.router.send_async(request, using, outbox=outbox)
+        answer = await self.registry.router.send_async(request, using, outbox=outbox)
+        return self._handle(answer, using, outbox)
+
+    def _handle(self, answer: EnqueueResult, using: Using, outbox: bool) -> JobHandle:
+        """The handle of an enqueue that went where `route` sent it."""
+        route = self.registry.router.route(using, outbox=outbox)
+        return JobHandle(
+            answer.id,
+            answer.run_id,
+            answer.deduped,
+            job=self,
+            database_url=self.registry.database_url,
+            staged=route.staged,
+            open_transaction=open_transaction_probe(route.transaction),
+        )
 
     def declaration(self, *, declared_by: str, replace: bool = False) -> calls.Call[Declared]:
         """The `jobs.declare_job` call that puts this declaration in the database's catalogue,
@@ -418,8 +476,12 @@ class Registry:
         step_timeout: Duration | None = None,
         event_poll: Duration = DEFAULT_EVENT_POLL,
         on_settled: Callable[[Settled], Any] | None = None,
+        output: type[BaseModel] | None = None,
     ) -> Callable[[Handler], Job[I]]:
         """Declare a job; use as a decorator on its handler, `def run(ctx)` or `async def`.
+
+        What the handler returns is stored with the ack that completes the run (JSON, or an
+        `output` pydantic model, validated), for `handle.result()` and `jobs.result`.
 
         `concurrency=N` runs at most N attempts of the job at once across every worker;
         `concurrency=Concurrency(key=lambda input: ..., limit=N)` at most N per key."""
@@ -451,6 +513,10 @@ class Registry:
                 detail={"field": "queue"},
             )
         limit = parse_concurrency(name, concurrency)
+        if output is not None and not (isinstance(output, type) and issubclass(output, BaseModel)):
+            raise DeclarationInvalid(
+                f"job {name}: output must be a pydantic model class", detail={"field": "output"}
+            )
         if (
             isinstance(priority, bool)
             or not isinstance(priority, int)
@@ -489,6 +555,7 @@ class Registry:
                 registry=self,
                 priority=priority,
                 concurrency=limit,
+                output_model=output,
             )
             self._jobs[name] = declared
             return declared

@@ -52,6 +52,10 @@ def classify(code: str | None) -> ErrorClass | None:
 for _code, _class in {
     "X_STEP_DUPLICATE": ErrorClass.TERMINAL,
     "X_STEP_OUTPUT_INVALID": ErrorClass.TERMINAL,
+    # the body's value is what it is: another attempt returns the same
+    "X_JOB_RESULT_INVALID": ErrorClass.TERMINAL,
+    # a child's stored ending, replayed from the step on every later attempt
+    "X_JOB_FAILED": ErrorClass.TERMINAL,
     "X_JOB_INPUT_INVALID": ErrorClass.TERMINAL,
     "X_JOB_TENANT_MISMATCH": ErrorClass.TERMINAL,
     "X_JOB_ROW_STATUS_UNKNOWN": ErrorClass.TERMINAL,

@@ -45,6 +45,8 @@ class JobDetail:
     # for a backfill's job: the backfill's state (services.backfills) and, as "this_pass", the
     # ledger row of this job's pass (None before the pass started)
     backfill: dict[str, Any] | None = None
+    # the jobs its steps enqueued: {total, states: {state: n}, first: [{id, name, state}]}
+    children: dict[str, Any] = field(default_factory=dict)
 
     @property
     def state(self) -> JobState:
@@ -61,6 +63,7 @@ class JobDetail:
             "limit": self.limit,
             "rules": self.rules,
             "backfill": self.backfill,
+            "children": self.children,
         }
 
 
@@ -95,4 +98,5 @@ def job_detail(document: dict[str, Any], registry: Registry | None = None) -> Jo
         retries_ahead=retries_ahead(job, registry),
         limit=document.get("limit"),
         rules=list(document.get("rules") or []),
+        children=dict(document.get("children") or {}),
     )

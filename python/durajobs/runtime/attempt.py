@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import dataclasses
 import inspect
 import logging
 import time
 import traceback
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import Executor
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
@@ -25,8 +27,10 @@ from uuid import UUID
 from pydantic import BaseModel
 
 from durajobs._db import calls
-from durajobs._values.records import ClaimedJob, EventLookup, StepRecord
+from durajobs._db.database import Transaction
+from durajobs._values.records import ChildWait, ClaimedJob, EnqueueResult, EventLookup, StepRecord
 from durajobs._values.states import NackTarget, StepStatus
+from durajobs.declare.enqueue import EnqueueRequest
 from durajobs.declare.registry import NO_TENANT, Job, Registry, Settled
 from durajobs.declare.retry import ErrorClass, classify
 from durajobs.errors import (
@@ -37,6 +41,7 @@ from durajobs.errors import (
     JobCancelled,
     JobLeaseLost,
     JobOnSettledFailed,
+    JobResultInvalid,
     JobRowStatusUnknown,
     JobTenantMismatch,
     JobTimeout,
@@ -74,6 +79,8 @@ class Outcome(StrEnum):
 
 class Database(Protocol):
     async def run(self, call: calls.Call[T]) -> T: ...
+
+    def transaction(self) -> AbstractAsyncContextManager[Transaction]: ...
 
 
 class Lease(Protocol):
@@ -208,8 +215,10 @@ class JobExecution:
 class _Writer:
     """The step writer for one attempt: fenced in process (the signal) and in SQL (the claim)."""
 
-    def __init__(self, db: Database, claimed: ClaimedJob, signal: CancelSignal) -> None:
-        self._db, self._claimed, self._signal = db, claimed, signal
+    def __init__(
+        self, db: Database, claimed: ClaimedJob, signal: CancelSignal, lease: Lease
+    ) -> None:
+        self._db, self._claimed, self._signal, self._lease = db, claimed, signal, lease
 
     async def record_step(
         self, name: str, status: StepStatus, *, output: Any = None, wake_at: datetime | None = None
@@ -226,6 +235,35 @@ class _Writer:
                 event, correlation_key=match, after=after, tenant_id=self._claimed.tenant_id
             )
         )
+
+    async def enqueue_child(self, name: str, request: EnqueueRequest) -> EnqueueResult:
+        self._signal.raise_if_set()
+        child = dataclasses.replace(request, parent_id=self._claimed.id)
+        # the child and the step that names it land together: a replay finds the step, and a
+        # crash before the commit leaves neither
+        async with self._db.transaction() as transaction:
+            answer = await transaction.run(child.call())
+            await transaction.run(
+                calls.record_step(
+                    self._claimed.fence,
+                    name,
+                    StepStatus.COMPLETED,
+                    output={
+                        "id": str(answer.id),
+                        "run_id": str(answer.run_id),
+                        "deduped": answer.deduped,
+                    },
+                )
+            )
+        return answer
+
+    async def wait_children(self, name: str, ids: Sequence[UUID], poll: timedelta) -> ChildWait:
+        self._signal.raise_if_set()
+        wait = await self._db.run(calls.wait_children(self._claimed.fence, name, ids, poll=poll))
+        if not wait.settled:
+            # parked: a renewal answered after this is not a lost lease, as after a settle
+            self._lease.stop()
+        return wait
 
 
 def _error_text(error: BaseException) -> str:
@@ -307,6 +345,11 @@ class Body:
         self.job, self.signal, self.future = job, signal, future
         self._refused = refused  # the body never started (its input did not parse)
         self._on_late = on_late
+
+    def returned_value(self) -> bool:
+        """The body, ended cleanly, returned something other than None."""
+        future = self.future
+        return future is not None and future.result() is not None
 
     def ended_cleanly(self) -> bool:
         """The body returned a plain value and nothing stopped it: the common case."""
@@ -436,7 +479,7 @@ class Attempt:
             assert job is not None, "steps need a registered job"
             self._book = new_book(
                 self._records,
-                _Writer(self._db, self.claimed, self.signal),
+                _Writer(self._db, self.claimed, self.signal, self.lease),
                 self.signal,
                 job.step_timeout,
                 job.event_poll,
@@ -599,6 +642,8 @@ class Attempt:
             or not (self._reporter is None or self._reporter.idle)
             or self._batch is None
             or not body.ended_cleanly()
+            # a value to store takes the acks that carry results (conclude)
+            or body.returned_value()
         ):
             return False
         self._stop_deadline()
@@ -648,6 +693,13 @@ class Attempt:
         if isinstance(reason, JobLeaseLost):
             lease.stop()
             return self.finish(Outcome.LEASE_LOST, error=str(reason), code=reason.code)
+        if suspension is not None and error is None and suspension.parked:
+            # the database parked the run in the statement that saw a child still running: the
+            # row is no longer this attempt's, so no deadline or settle applies to it now
+            lease.stop()
+            if self._reporter is not None:
+                self._reporter.close()
+            return self.finish(Outcome.SUSPENDED, resume_at=datetime.now(UTC) + suspension.delay)
         if isinstance(reason, JobTimeout):
             error = reason  # the deadline fails the attempt, whatever the body said on its way out
         elif isinstance(error, Aborted) and reason is not None:
@@ -668,8 +720,14 @@ class Attempt:
                 resume_at=suspension.wake_at or datetime.now(UTC) + delay,
             )
 
+        stored = None
         if error is None:
-            landed = await settler.ack()
+            try:
+                stored = job.stored_result(ending.result)
+            except JobResultInvalid as invalid:
+                error = invalid
+        if error is None:
+            landed = await settler.ack(stored)
             execution = self.finish(
                 Outcome.COMPLETED if landed else Outcome.UNOWNED, result=ending.result
             )
@@ -788,11 +846,21 @@ class _Settler:
     progress: ProgressReporter | None = None
     batch: Settler | None = None
 
-    async def ack(self) -> bool:
+    async def ack(self, result: Any = None) -> bool:
+        """Ack, storing `result` (JSON) when it is not None."""
         claimed = self.claimed
         if self.batch is not None:
-            return await self._settle(self.batch.ack(claimed.id, claimed.claim))
-        return await self._settle(self.db.run(calls.ack(claimed.fence)))
+            return await self._settle(self.batch.ack(claimed.id, claimed.claim, result))
+        if result is None:
+            return await self._settle(self.db.run(calls.ack(claimed.fence)))
+        return await self._settle(self._ack_result(result))
+
+    async def _ack_result(self, result: Any) -> bool:
+        claimed = self.claimed
+        landed = await self.db.run(
+            calls.ack_results_landed(claimed.worker_id, [claimed.id], [claimed.claim], [result])
+        )
+        return bool(landed[0])
 
     async def nack(self, **options: Any) -> bool:
         claimed = self.claimed

@@ -1,5 +1,6 @@
-"""Settles sent in batches: one `jobs.ack_many_v1` for the acks and one `jobs.nack_many_v1` for
-the nacks that arrive while the statement before is on the wire.
+"""Settles sent in batches: one `jobs.ack_many_v1` for the acks, one `jobs.ack_results_v1` for the
+acks that store a result, and one `jobs.nack_many_v1` for the nacks that arrive while the
+statement before is on the wire.
 
 A lone settle leaves at once (no timer, no added latency); under load a worker sends one
 statement per batch instead of one per job, and the ack of one batch is on the wire while the
@@ -132,26 +133,43 @@ class Settler:
             on_sent,
             on_answered,
         )
+        # a body that returned a value: its own statement, so the acks of bodies that returned
+        # None cost what they cost without results
+        self._results = _Lane(
+            db,
+            lambda items: calls.ack_results_landed(
+                worker_id,
+                [id for id, _, _ in items],
+                [claim for _, claim, _ in items],
+                [result for _, _, result in items],
+            ),
+            max_batch,
+            on_sent,
+            on_answered,
+        )
 
     @property
     def queued(self) -> int:
         """Settles waiting for a statement (not yet on the wire). A worker counts each as a
         slot still taken: the claim of batch k+1 overlaps the ack of batch k, never more, so
         finished rows cannot pile up unacked behind a slow database."""
-        return len(self._acks.waiting) + len(self._nacks.waiting)
+        return len(self._acks.waiting) + len(self._nacks.waiting) + len(self._results.waiting)
 
     @property
     def statements(self) -> int:
         """Statements sent so far, both kinds (for tests and the benchmark)."""
-        return self._acks.statements + self._nacks.statements
+        return self._acks.statements + self._nacks.statements + self._results.statements
 
     def ack_soon(self, id: UUID, claim: int, on_answer: OnAnswer) -> None:
         """Queue an ack; `on_answer` is called once it is answered."""
         self._acks.put((id, claim), on_answer)
 
-    async def ack(self, id: UUID, claim: int) -> bool:
-        """Ack and wait: answers whether it landed; raises what stopped the send."""
-        return await _awaited(lambda on_answer: self.ack_soon(id, claim, on_answer))
+    async def ack(self, id: UUID, claim: int, result: Any = None) -> bool:
+        """Ack and wait, storing `result` (JSON) when it is not None: answers whether it
+        landed; raises what stopped the send."""
+        if result is None:
+            return await _awaited(lambda on_answer: self.ack_soon(id, claim, on_answer))
+        return await _awaited(lambda on_answer: self._results.put((id, claim, result), on_answer))
 
     async def nack(self, id: UUID, claim: int, options: Mapping[str, Any]) -> bool:
         """Nack (`options` as `jobs.nack_v1` names them) and wait: answers whether it landed;

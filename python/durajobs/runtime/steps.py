@@ -8,23 +8,50 @@ in a thread, get `SyncSteps`, whose writes cross to the worker's event loop.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import inspect
 import json
 import threading
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any, Protocol, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, overload
+from uuid import UUID
+
+from pydantic import BaseModel
 
 from durajobs._values.durations import Duration, parse_duration
-from durajobs._values.records import EventLookup, StepRecord
-from durajobs._values.states import StepStatus
+from durajobs._values.records import (
+    ChildWait,
+    EnqueueResult,
+    EventLookup,
+    JobOutcome,
+    StepRecord,
+)
+from durajobs._values.states import JobState, StepStatus
+from durajobs.declare.enqueue import EnqueueRequest
 from durajobs.declare.factory import thread_outliving_cancel
+from durajobs.declare.handle import JobHandle, failure_of
 from durajobs.declare.registry import DEFAULT_EVENT_POLL
-from durajobs.errors import Aborted, ArgumentInvalid, JobTimeout, StepDuplicate, StepOutputInvalid
+from durajobs.errors import (
+    Aborted,
+    ArgumentInvalid,
+    JobFailed,
+    JobNotFound,
+    JobTimeout,
+    StepDuplicate,
+    StepOutputInvalid,
+)
 from durajobs.runtime.cancel import CancelSignal
 
+if TYPE_CHECKING:
+    from durajobs.declare.registry import Job
+
 T = TypeVar("T")
+I = TypeVar("I", bound=BaseModel)  # noqa: E741 - a child job's input model
+
+# how often a run waiting for its children looks again when no child's settle wakes it
+DEFAULT_CHILD_POLL = timedelta(minutes=5)
 
 
 class StepSuspension(BaseException):
@@ -32,11 +59,20 @@ class StepSuspension(BaseException):
     `except Exception` lets it by. `delay` is how long the run parks, measured on the clock that
     set it (the database's, for a wait), so no process's skew changes it."""
 
-    def __init__(self, delay: timedelta, step: str, wake_at: datetime | None = None) -> None:
+    def __init__(
+        self,
+        delay: timedelta,
+        step: str,
+        wake_at: datetime | None = None,
+        *,
+        parked: bool = False,
+    ) -> None:
         super().__init__(f"run suspended by step {step!r} for {delay}")
         self.delay = max(delay, timedelta(0))
         self.step = step
         self.wake_at = wake_at  # a sleep's recorded wake time, when there is one
+        # the database already parked the run (a wait for children): nothing is to be settled
+        self.parked = parked
 
 
 class StepWriter(Protocol):
@@ -47,6 +83,15 @@ class StepWriter(Protocol):
     ) -> StepRecord: ...
 
     async def find_event(self, event: str, match: str | None, after: datetime) -> EventLookup: ...
+
+    async def enqueue_child(self, name: str, request: EnqueueRequest) -> EnqueueResult:
+        """Enqueue `request` as a child of the attempt's job and record step `name` with its
+        ids, in one transaction."""
+        ...
+
+    async def wait_children(self, name: str, ids: Sequence[UUID], poll: timedelta) -> ChildWait:
+        """The children's outcomes once all settled, else park the run (see ChildWait)."""
+        ...
 
 
 @dataclass
@@ -74,6 +119,7 @@ class StepBook:
         self.ran: list[str] = []
         self.replayed: list[str] = []
         self._sleeps = 0
+        self._enqueues = 0
 
     def begin(self, name: str) -> _Replay | None:
         if not isinstance(name, str) or not name:
@@ -111,6 +157,13 @@ class StepBook:
                 name_or_duration, field="step.sleep duration"
             )
         return str(name_or_duration), parse_duration(duration, field="step.sleep duration")
+
+    def enqueue_name(self, job: Job[Any], name: str | None) -> str:
+        if name is not None:
+            return name
+        # derived from the job and the order of enqueues in the run, as a sleep's name is
+        self._enqueues += 1
+        return f"enqueue:{job.name}#{self._enqueues}"
 
     def step_signal(self) -> tuple[CancelSignal, threading.Timer | None]:
         """A signal for one step: set when the run's is, or when step_timeout passes."""
@@ -236,6 +289,39 @@ class AsyncSteps:
             raise answer
         return answer
 
+    async def enqueue(
+        self,
+        job: Job[I],
+        input: I | Mapping[str, Any],
+        *,
+        name: str | None = None,
+        **options: Any,
+    ) -> JobHandle:
+        """Enqueue `job` once ever for this run, as a child of this job: a replay answers the
+        same child. Its settle wakes this run when it waits for it (`wait_for`). Options as
+        `job.enqueue`'s (delay, run_at, queue, priority, on_conflict). The step's name is
+        `enqueue:<job>#<n>` (the n-th enqueue of the run) unless `name` is given."""
+        return await _enqueue_step(self._book, job, input, name, options)
+
+    async def wait_for(
+        self,
+        *children: JobHandle | UUID,
+        return_exceptions: bool = False,
+        name: str | None = None,
+        poll: Duration = DEFAULT_CHILD_POLL,
+    ) -> list[Any]:
+        """Park the run, holding no process and no slot, until every child has settled; answer
+        their results in the order given. A failed, dead or cancelled child raises its error
+        (the first, in that order), or with `return_exceptions=True` takes its place in the
+        list, as asyncio.gather does. A child's settle wakes the run at once; `poll` is how
+        often it looks again when no wake comes."""
+        done, answer = await _wait_children_step(
+            self._book, children, return_exceptions, name, poll
+        )
+        if not done:
+            raise answer
+        return answer  # type: ignore[no-any-return]
+
 
 class SyncSteps:
     """Steps for plain `def` handlers, which run in a worker thread."""
@@ -298,6 +384,32 @@ class SyncSteps:
             raise answer
         return answer
 
+    def enqueue(
+        self,
+        job: Job[I],
+        input: I | Mapping[str, Any],
+        *,
+        name: str | None = None,
+        **options: Any,
+    ) -> JobHandle:
+        """Enqueue a child once ever for this run (see AsyncSteps.enqueue)."""
+        return self._on_loop(_enqueue_step(self._book, job, input, name, options))
+
+    def wait_for(
+        self,
+        *children: JobHandle | UUID,
+        return_exceptions: bool = False,
+        name: str | None = None,
+        poll: Duration = DEFAULT_CHILD_POLL,
+    ) -> list[Any]:
+        """Park the run until every child has settled (see AsyncSteps.wait_for)."""
+        done, answer = self._on_loop(
+            _wait_children_step(self._book, children, return_exceptions, name, poll)
+        )
+        if not done:
+            raise answer
+        return answer  # type: ignore[no-any-return]
+
     def sleep(self, name_or_duration: str | Duration, duration: Duration | None = None) -> None:
         """Park the run until the wake time (see AsyncSteps.sleep)."""
         name, length = self._book.sleep_name(name_or_duration, duration)
@@ -346,6 +458,113 @@ async def _wait_step(
         wake = min(wake, began + timeout)
     # the delay on the database's clock, carried over to this process's clock
     return False, StepSuspension(wake - lookup.now, name)
+
+
+async def _enqueue_step(
+    book: StepBook,
+    job: Job[Any],
+    input: Any,
+    name: str | None,
+    options: dict[str, Any],
+) -> JobHandle:
+    step = book.enqueue_name(job, name)
+    replay = book.begin(step)
+    if replay is None:
+        book.signal.raise_if_set()
+        request = job.request(input, **options)
+        answer = await book.writer.enqueue_child(step, request)
+        book.ran.append(step)
+        id, run_id, deduped = answer.id, answer.run_id, answer.deduped
+    else:
+        stored = replay.output
+        id, run_id, deduped = UUID(stored["id"]), UUID(stored["run_id"]), bool(stored["deduped"])
+    return JobHandle(id, run_id, deduped, job=job, database_url=job.registry.database_url)
+
+
+async def _wait_children_step(
+    book: StepBook,
+    children: Sequence[JobHandle | UUID],
+    return_exceptions: bool,
+    name: str | None,
+    poll: Duration,
+) -> tuple[bool, Any]:
+    """Answer (True, the results) when every child has settled, or (False, the suspension
+    to raise: the database parked the run)."""
+    if not children:
+        raise ArgumentInvalid("wait_for needs at least one child", detail={})
+    ids = [child if isinstance(child, UUID) else child.id for child in children]
+    jobs = {child.id: child.job for child in children if isinstance(child, JobHandle)}
+    every = parse_duration(poll, field="poll")
+    step = (
+        name
+        or "wait_for:"
+        + hashlib.sha1(",".join(str(id) for id in ids).encode(), usedforsecurity=False).hexdigest()[
+            :20
+        ]
+    )
+    replay = book.begin(step)
+    if replay is not None:
+        outcomes = replay.output["outcomes"]
+    else:
+        book.signal.raise_if_set()
+        wait = await book.writer.wait_children(step, ids, every)
+        if not wait.settled:
+            return False, StepSuspension(every, step, parked=True)
+        book.ran.append(step)
+        outcomes = wait.outcomes or []
+    return True, _gathered(outcomes, jobs, return_exceptions)
+
+
+def _gathered(
+    outcomes: list[dict[str, Any]], jobs: dict[UUID, Job[Any] | None], return_exceptions: bool
+) -> list[Any]:
+    """The children's results in order, as asyncio.gather answers them."""
+    answers: list[Any] = []
+    for stored in outcomes:
+        id = UUID(stored["id"])
+        failure: BaseException
+        if stored.get("state") is None:
+            failure = JobFailed(
+                f"child {id} names no job of this run's tenant (removed, or never one)",
+                detail={"id": str(id), "state": None, "error": None, "error_code": None},
+            )
+            failure.__cause__ = JobNotFound(f"no job has id {id}", detail={"id": str(id)})
+        else:
+            outcome = JobOutcome(
+                id,
+                JobState(stored["state"]),
+                stored.get("result"),
+                stored.get("error"),
+                stored.get("error_code"),
+                None,
+            )
+            if outcome.state is JobState.DONE:
+                job = jobs.get(id)
+                answers.append(outcome.result if job is None else job.read_result(outcome.result))
+                continue
+            failure = _child_failure(outcome)
+        if not return_exceptions:
+            raise failure
+        answers.append(failure)
+    return answers
+
+
+def _child_failure(outcome: JobOutcome) -> JobFailed:
+    """A child's failed, dead or cancelled ending, as its parent's body sees it: always
+    JobFailed, terminal for the parent (every later attempt replays the same stored outcome),
+    and never the parent's own JobCancelled or JobTimeout, which would read as the parent's own
+    cancel or deadline. The error the child's stored code names is its cause."""
+    failure = JobFailed(
+        f"child {outcome.id} ended {outcome.state}: {outcome.error}",
+        detail={
+            "id": str(outcome.id),
+            "state": str(outcome.state),
+            "error": outcome.error,
+            "error_code": outcome.error_code,
+        },
+    )
+    failure.__cause__ = failure_of(outcome)
+    return failure
 
 
 async def _sleep_step(book: StepBook, name: str, length: timedelta) -> datetime | None:

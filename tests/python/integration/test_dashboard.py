@@ -512,3 +512,26 @@ def test_the_webhooks_page_enables_one_disabled_endpoint(dashboard, client):
         ("acme", True),
         (None, False),
     }
+
+
+def test_a_job_page_shows_its_result_redacted_its_parent_and_its_children(dashboard, client):
+    parent = claimed_job(client, "parent", "q")
+    child = client.enqueue("child", {}, "child:1", queue="q", parent_id=parent.id)
+    (claimed_child,) = client.claim(["q"], "w2")
+    assert claimed_child.id == child.id
+    client.run(
+        calls.ack_results_landed(
+            "w2", [child.id], [claimed_child.claim], [{"total": 7, "password": "hunter2"}]
+        )
+    )
+
+    page = dashboard.get(f"/jobs/{parent.id}")
+    assert "Children" in page.text
+    assert "1 (1 done)" in page.text
+    assert f"/jobs/{child.id}" in page.text
+    child_page = dashboard.get(f"/jobs/{child.id}")
+    assert "Result" in child_page.text
+    assert "&#34;total&#34;: 7" in child_page.text or '"total": 7' in child_page.text
+    # a result is redacted as an input is: an operator never sees the secret's value
+    assert "hunter2" not in child_page.text
+    assert f"/jobs/{parent.id}" in child_page.text

@@ -25,6 +25,7 @@ from alembic.config import CommandLine
 import durajobs
 import durajobs.webhooks
 from durajobs.cli.commands import _parser
+from durajobs.declare.handle import JobHandle
 from durajobs.declare.registry import Job, Registry
 from durajobs.errors import CATALOGUE
 from durajobs.runtime.attempt import JobContext
@@ -51,6 +52,7 @@ PYTHON_CALLS: dict[str, Callable[..., Any]] = {
     "durajobs.RetryPolicy.of": durajobs.RetryPolicy.of,
     "OutboxRelay": OutboxRelay,
     "job.enqueue": Job.enqueue,
+    "handle.wait": JobHandle.wait,
     "ctx.step.run": AsyncSteps.run,
     "json.dumps": json.dumps,
     "durajobs.webhooks.signed_headers": durajobs.webhooks.signed_headers,

@@ -1,4 +1,5 @@
-"""The fan-out example: resumable, duplicate-free, each child retrying alone."""
+"""The fan-out example: resumable, duplicate-free, each child retrying alone, and the parent
+parked until its children settle, then adding up their results (issue 21)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,8 @@ from support.paths import REPOSITORY
 sys.path.insert(0, str(REPOSITORY))
 
 from examples.fanout import build
+
+from durajobs.runtime.attempt import _Writer
 
 OCCURRENCE = datetime(2026, 6, 2, 0, 0, tzinfo=UTC)
 
@@ -49,21 +52,27 @@ def _run_until(registry, database_url, done, timeout=60):
     asyncio.run(scenario())
 
 
-def test_a_fan_out_killed_half_way_resumes_without_duplicates(database_url):
+def _billed(database_url):
+    with psycopg.connect(database_url, autocommit=True) as connection:
+        (result,) = connection.execute(
+            "select result from jobs.jobs where name = 'invoice-fan-out'"
+        ).fetchone()
+    return result
+
+
+def test_a_fan_out_killed_half_way_resumes_without_duplicates(database_url, monkeypatch):
     registry = _seed(database_url, 40)
     (task,) = registry.tasks()
-    child = registry.get("send-invoice")
-    assert child is not None
-    real_enqueue = child.enqueue
+    real_enqueue_child = _Writer.enqueue_child
     calls = {"made": 0}
 
-    def crashing_enqueue(*args, **kwargs):
+    async def crashing_enqueue_child(self, name, request):
         calls["made"] += 1
         if calls["made"] == 21:
             raise ConnectionError("the process died after 20 children")
-        return real_enqueue(*args, **kwargs)
+        return await real_enqueue_child(self, name, request)
 
-    child.enqueue = crashing_enqueue  # type: ignore[method-assign]
+    monkeypatch.setattr(_Writer, "enqueue_child", crashing_enqueue_child)
     with psycopg.connect(database_url, autocommit=True) as connection:
         durajobs.execute(connection, durajobs._db.calls.scheduler_arm(task.name, OCCURRENCE))
         durajobs.execute(
@@ -78,15 +87,25 @@ def test_a_fan_out_killed_half_way_resumes_without_duplicates(database_url):
         lambda: (
             _count(
                 database_url,
-                "select count(*) from jobs.jobs where name = 'send-invoice' and state = 'done'",
+                "select count(*) from jobs.jobs where name = 'invoice-fan-out' and state = 'done'",
             )
-            == 40
+            == 1
         ),
     )
     # 20 children, a crash, then the replay enqueued only the other 20 (41 calls, not 60)
     assert calls["made"] == 41
     assert _count(database_url, "select count(*) from jobs.jobs where name = 'send-invoice'") == 40
+    assert (
+        _count(
+            database_url,
+            "select count(*) from jobs.jobs where name = 'send-invoice'"
+            " and state = 'done' and parent_id is not null",
+        )
+        == 40
+    )
+    # one counted attempt (the crash); the parks for the children gave theirs back
     assert _count(database_url, "select attempt from jobs.jobs where name = 'invoice-fan-out'") == 2
+    assert _billed(database_url) == {"invoices": 40, "cents": 40000, "failed": []}
 
 
 def test_running_the_whole_fan_out_twice_leaves_one_child_per_row(database_url):
@@ -112,6 +131,38 @@ def test_running_the_whole_fan_out_twice_leaves_one_child_per_row(database_url):
     )
     assert _count(database_url, "select count(*) from jobs.jobs where name = 'send-invoice'") == 40
     assert _count(database_url, "select attempt from jobs.jobs where name = 'invoice-fan-out'") == 1
+    # the replayed wait answered the stored outcomes: the same bill
+    assert _billed(database_url) == {"invoices": 40, "cents": 40000, "failed": []}
+
+
+def test_a_child_dead_for_good_is_reported_not_fatal(database_url):
+    registry = _seed(database_url, 4)
+    child = registry.get("send-invoice")
+    assert child is not None
+    real_handler = child.handler
+
+    async def refuses_two(ctx):
+        if ctx.input.customer_id == 2:
+            raise RuntimeError("customer 2 has no address")
+        return await real_handler(ctx)
+
+    child.handler = refuses_two
+    registry.get("invoice-fan-out").enqueue({"occurrence": OCCURRENCE.isoformat()})
+    _run_until(
+        registry,
+        database_url,
+        lambda: (
+            _count(
+                database_url,
+                "select count(*) from jobs.jobs where name = 'invoice-fan-out' and state = 'done'",
+            )
+            == 1
+        ),
+    )
+    assert _billed(database_url) == {"invoices": 3, "cents": 3000, "failed": [2]}
+    assert (
+        _count(database_url, "select count(*) from jobs.jobs where state = 'dead'") == 1
+    )  # customer 2's invoice, after its 3 attempts
 
 
 def test_one_failing_child_retries_alone(database_url):
@@ -138,3 +189,4 @@ def test_one_failing_child_retries_alone(database_url):
         _count(database_url, "select count(*) from jobs.jobs where attempt > 1") == 1
     )  # customer 3 only
     assert _count(database_url, "select attempt from jobs.jobs where name = 'invoice-fan-out'") == 1
+    assert _billed(database_url) == {"invoices": 5, "cents": 5000, "failed": []}

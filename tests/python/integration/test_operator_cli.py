@@ -263,6 +263,7 @@ def test_show_json_is_the_job_detail(client, durajobs):
         "limit",
         "rules",
         "backfill",
+        "children",
     }
     assert answer["limit"] is None, "the job declares no concurrency limit"
     assert answer["backfill"] is None, "the job is not a backfill's"

@@ -78,6 +78,8 @@ def test_the_operator_refusals_carry_a_shell_fix():
         "X_JOB_NOT_REMOVABLE",
         "X_JOB_NOT_PROMOTABLE",
         "X_JOB_PAGE_INVALID",
+        "X_JOB_FAILED",
+        "X_JOB_RESULT_TIMEOUT",
     }
     assert durajobs.JobNotRemovable.shell_fix == CATALOGUE["X_JOB_NOT_REMOVABLE"]["shell_fix"]
     assert durajobs.ArgumentInvalid.shell_fix is None

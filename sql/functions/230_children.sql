@@ -1,0 +1,241 @@
+-- 230_children: a run that enqueues child jobs and waits for them without holding a process.
+--
+-- Tables: jobs.jobs_live (the parent row: locked, parked, woken; the children: read),
+-- jobs.jobs_history (the settled children's outcomes), jobs.steps (the parent's 'waiting' step
+-- names the children it waits for; its 'completed' record holds their outcomes).
+-- A child names its parent in parent_id (jobs.enqueue's argument, of the same tenant).
+-- No lost wake-up: a parent's wait locks the parent row before it reads its children, and a
+-- settling child locks its parent row after its own row left, before it judges whether the
+-- parent may go on. Whichever comes second sees what the first committed: the wait sees the
+-- child settled, or the child sees the parent parked. Lock order: the child, then its parent.
+-- The parent's poll (jobs.wait_children_v1's poll) is the guarantee behind the wake.
+
+create type jobs.children_wait as (
+  settled boolean,
+  outcomes jsonb
+);
+
+-- jobs._wake_parents: make due now each parked parent whose waiting step's children have all
+-- left the live table, and wake its queue's workers. Called by every statement that ends a
+-- child (ack, nack to failed or dead, cancel, drain), after the child rows left.
+-- Arguments: children (the rows that just ended: not counted as live, whatever this statement
+-- can see of its own deletes) and parents (their parent_id, NULLs skipped).
+-- Answers how many parents it woke. Locks the parent rows, in id order.
+create function jobs._wake_parents(children uuid[], parents uuid[])
+returns integer
+language plpgsql
+volatile
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+  v_now timestamptz := jobs._now();
+  v_queue text;
+  v_woken integer := 0;
+begin
+  -- the lock in a statement of its own: the judgement below reads with a snapshot taken after
+  -- it, so a parent's wait that held the lock and parked has committed and is seen
+  perform 1
+     from (select p.id
+             from jobs.jobs_live p
+            where p.id = any(_wake_parents.parents)
+            order by p.id
+              for update) locked;
+  for v_queue in
+    with woken as (
+      update jobs.jobs_live p
+         set run_at = v_now,
+             updated_at = v_now
+        from jobs.steps s
+       where p.id = any(_wake_parents.parents)
+         and p.state = 'suspended'
+         and p.run_at > v_now
+         and s.run_id = p.run_id
+         and s.status = 'waiting'
+         and s.output ? 'children'
+         and not exists (
+           select 1
+             from jobs.jobs_live c
+            where c.id = any(array(select e.value::uuid
+                                     from jsonb_array_elements_text(s.output -> 'children')
+                                          as e(value)))
+              and c.id <> all(_wake_parents.children))
+      returning p.queue
+    )
+    select w.queue from woken w
+  loop
+    v_woken := v_woken + 1;
+    perform pg_notify('jobs_wake', jobs._wake_token(v_queue));
+  end loop;
+  return v_woken;
+end;
+$$;
+
+-- jobs.wait_children_v1: in a claimed attempt of the parent, answer the outcomes of the named
+-- children when every one has settled, else park the parent until they have, fenced on the
+-- claim like jobs.record_step_v1.
+-- Arguments: id, worker_id, claim (the parent's attempt); name (the step); children (their ids,
+-- 1 to 10,000, in the order the outcomes answer); poll (how long the parent stays parked when no
+-- wake comes: 1 s to 1 day, default 5 minutes; at most 2 s while a named job that is still live
+-- is not this parent's child, since no settle of it wakes this parent).
+-- Answers (true, outcomes) with the step recorded 'completed' and outcomes a JSON array, one
+-- object per child in the given order ({id, state, result, error, error_code}; state NULL for
+-- an id that names no job of the parent's tenant); or (false, NULL) with the step recorded
+-- 'waiting' and the parent 'suspended', its attempt given back: the caller's attempt is over
+-- and it must not settle it. Raises X_JOB_CANCELLED, X_JOB_LEASE_LOST, X_STEP_DUPLICATE,
+-- X_ARGUMENT_INVALID. Locks: the parent row (for update), then its step row.
+create function jobs.wait_children_v1(
+  id uuid,
+  worker_id text,
+  claim bigint,
+  name text,
+  children uuid[],
+  poll interval default interval '5 minutes'
+)
+returns jobs.children_wait
+language plpgsql
+security definer
+volatile
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+  v_now timestamptz := jobs._now();
+  v_job record;
+  v_pending bigint;
+  v_outcomes jsonb;
+begin
+  perform jobs._require(array['worker'], 'jobs.wait_children_v1');
+  perform jobs._check_fence('jobs.wait_children_v1', wait_children_v1.id,
+                            wait_children_v1.worker_id, wait_children_v1.claim);
+  if children is null or cardinality(children) not between 1 and 10000
+     or array_ndims(children) <> 1 or array_position(children, null) is not null then
+    perform jobs._invalid('jobs.wait_children_v1', 'children',
+                          'must be an array of 1 to 10000 job ids, none NULL');
+  end if;
+  if poll is null or poll < interval '1 second' or poll > interval '1 day' then
+    perform jobs._invalid('jobs.wait_children_v1', 'poll',
+                          'must be an interval from 1 second to 1 day');
+  end if;
+
+  -- the parent first: a settling child locks it too, so one of the two sees the other
+  select j.tenant_id, j.state, j.claimed_by, j.claims
+    into v_job
+    from jobs.jobs_live j
+   where j.id = wait_children_v1.id
+     for update;
+  if not found
+     or v_job.state <> 'running'
+     or v_job.claimed_by is distinct from wait_children_v1.worker_id
+     or v_job.claims <> wait_children_v1.claim then
+    -- the step write tells a cancel of this attempt from a lost lease, and raises either
+    perform jobs.record_step_v1(wait_children_v1.id, wait_children_v1.worker_id,
+                                wait_children_v1.claim, wait_children_v1.name, 'waiting');
+    perform jobs._raise(
+      'X_JOB_LEASE_LOST',
+      format('job %s is no longer held by claim %s of worker %s', wait_children_v1.id,
+             wait_children_v1.claim, wait_children_v1.worker_id),
+      jsonb_build_object('id', wait_children_v1.id, 'claim', wait_children_v1.claim));
+  end if;
+
+  -- a statement of its own, after the lock: its snapshot sees every child that settled first
+  select count(*)
+    into v_pending
+    from jobs.jobs_live c
+   where c.id = any(wait_children_v1.children)
+     and coalesce(c.tenant_id, '') = coalesce(v_job.tenant_id, '');
+
+  if v_pending = 0 then
+    select jsonb_agg(jsonb_build_object(
+             'id', u.id,
+             'state', h.state,
+             'result', h.result,
+             'error', case when h.state <> 'done' then h.last_error end,
+             'error_code', case when h.state <> 'done' then h.last_error_code end)
+           order by u.ord)
+      into v_outcomes
+      from unnest(wait_children_v1.children) with ordinality as u(id, ord)
+      left join lateral (
+        select f.state, f.result, f.last_error, f.last_error_code
+          from jobs.jobs_history f
+         where f.id = u.id
+           and coalesce(f.tenant_id, '') = coalesce(v_job.tenant_id, '')
+         limit 1
+      ) h on true;
+    perform jobs.record_step_v1(wait_children_v1.id, wait_children_v1.worker_id,
+                                wait_children_v1.claim, wait_children_v1.name, 'completed',
+                                jsonb_build_object('outcomes', v_outcomes));
+    return (true, v_outcomes)::jobs.children_wait;
+  end if;
+
+  -- a settle wakes only the parent its row names: a wait that names another's job (an enqueue
+  -- deduped onto it) is woken by nothing, so it looks again within seconds
+  if exists (select 1
+               from jobs.jobs_live c
+              where c.id = any(wait_children_v1.children)
+                and c.parent_id is distinct from wait_children_v1.id) then
+    wait_children_v1.poll := least(wait_children_v1.poll, interval '2 seconds');
+  end if;
+  perform jobs.record_step_v1(wait_children_v1.id, wait_children_v1.worker_id,
+                              wait_children_v1.claim, wait_children_v1.name, 'waiting',
+                              jsonb_build_object('children', to_jsonb(wait_children_v1.children)),
+                              wake_at => v_now + wait_children_v1.poll);
+  -- parked as jobs.nack_v1 parks a sleep: uncounted, due at the poll unless a child wakes it
+  update jobs.jobs_live j
+     set state = 'suspended',
+         run_at = v_now + wait_children_v1.poll,
+         attempt = greatest(j.attempt - 1, 0),
+         lease_expires_at = null,
+         updated_at = v_now
+   where j.id = wait_children_v1.id;
+  return (false, null)::jobs.children_wait;
+end;
+$$;
+
+-- jobs.children: the jobs a job's steps enqueued as its children, live or finished, oldest
+-- first, with their outcomes as jobs.results answers them.
+-- Arguments: parent_id (the parent's id); tenant_id (optional: answer nothing unless the parent is this
+-- tenant's; a session bound to a tenant always reads as its tenant, 014_tenants); max_rows
+-- (1 to 10,000, default 1,000).
+-- Raises X_ARGUMENT_INVALID, X_JOB_TENANT_MISMATCH. Locks nothing.
+create function jobs.children(
+  parent_id uuid,
+  tenant_id text default null,
+  max_rows integer default 1000
+)
+returns table (
+  id uuid,
+  name text,
+  state text,
+  result jsonb,
+  error text,
+  error_code text,
+  created_at timestamptz,
+  finished_at timestamptz
+)
+language plpgsql
+security definer
+stable
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+  v_tenant text;
+begin
+  perform jobs._require(array['enqueuer', 'operator', 'worker'], 'jobs.children', scoped => true);
+  if children.parent_id is null then
+    perform jobs._invalid('jobs.children', 'parent_id', 'must be a job id');
+  end if;
+  if max_rows is null or max_rows not between 1 and 10000 then
+    perform jobs._invalid('jobs.children', 'max_rows', 'must be an integer from 1 to 10000');
+  end if;
+  v_tenant := jobs._scoped_tenant('jobs.children', 'tenant_id', children.tenant_id);
+  return query
+    select c.id, c.name, c.state, c.result,
+           case when c.state in ('failed', 'dead', 'cancelled') then c.last_error end,
+           case when c.state in ('failed', 'dead', 'cancelled') then c.last_error_code end,
+           c.created_at, c.finished_at
+      from jobs.jobs c
+     where c.parent_id = children.parent_id
+       and (v_tenant is null or c.tenant_id = v_tenant)
+     order by c.created_at, c.id
+     limit children.max_rows;
+end;
+$$;

@@ -1,0 +1,28 @@
+"""Results and child runs
+
+Revision ID: 0020
+Revises: 0019
+Create Date: 2026-12-03
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from durajobs._db.migrations import apply_sql_file, close_to_public
+
+revision = "0020"
+down_revision = "0019"
+branch_labels = None
+depends_on = None
+
+HERE = Path(__file__).parent
+
+
+def upgrade() -> None:
+    apply_sql_file(HERE / f"{revision}_upgrade.sql")
+    close_to_public()
+
+
+def downgrade() -> None:
+    apply_sql_file(HERE / f"{revision}_downgrade.sql")
