@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import platform
 import statistics
+import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -168,6 +169,22 @@ def ceiling(plan: Plan) -> list[float] | str:
     return _repeat(plan.reps, "ceiling rows/s", once)
 
 
+def fanout(plan: Plan) -> str:
+    """bench/fanout.py's table: 1 parent and 1,000 children, against the same children alone."""
+    url = pg.fresh_database("bench_fanout")
+    _log("durajobs fan-out")
+    answer = subprocess.run(
+        [sys.executable, str(BENCH / "fanout.py"), "--database-url", url, "--reps", str(plan.reps)],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=1800,
+    )
+    if answer.returncode != 0:
+        return f"# Fan-out and fan-in\n\nfailed: {answer.stderr.strip().splitlines()[-1:]}\n"
+    return answer.stdout
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--systems", default=",".join(SYSTEMS))
@@ -176,7 +193,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--skip",
         default="",
-        help="comma list of: enqueue,burn,steady,latency,idle,health,horizon,ceiling",
+        help="comma list of: enqueue,burn,steady,latency,idle,health,horizon,ceiling,fanout",
     )
     parser.add_argument("--health-jobs", type=int)
     parser.add_argument(
@@ -205,6 +222,7 @@ def main(argv: list[str] | None = None) -> int:
         _log(f"measuring {name}")
         by_system[name] = measure_system(SYSTEMS[name], plan)
     limit = ceiling(plan) if "ceiling" not in plan.skip else "skipped"
+    fan = fanout(plan) if "fanout" not in plan.skip and "durajobs" in by_system else None
     machine = {
         "python": platform.python_version(),
         "machine": f"{platform.system()} {platform.machine()}, {_cpus()} CPUs",
@@ -212,6 +230,9 @@ def main(argv: list[str] | None = None) -> int:
         "minutes": f"{(time.time() - started) / 60:.1f}",
     }
     text = render(by_system, limit, machine, dict(plan.__dict__))
+    if fan is not None:
+        # durajobs alone: the peers have no child runs to wait for
+        text += "\n" + fan.replace("# Fan-out", "## Fan-out", 1)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(text)

@@ -70,6 +70,114 @@ begin
 end;
 $$;
 
+-- jobs.enqueue_children_v1: in a claimed attempt of the parent, enqueue children (their
+-- parent_id the parent's id) and record step `name` 'completed' with their ids, in one
+-- transaction, fenced on the claim like jobs.record_step_v1: a replay reads the step and
+-- enqueues nothing, and a crash before the commit leaves neither.
+-- Arguments: id, worker_id, claim (the parent's attempt); name (the step); requests, a JSON
+-- array of 1 to 10,000 objects with jobs.enqueue's argument names (name, input and
+-- idempotency_key required; queue, tenant_id, run_at, max_attempts, priority, on_conflict,
+-- traceparent, enqueued_by, concurrency_key optional).
+-- Answers (id, run_id, deduped) per request, in input order, as jobs.enqueue answers each; the
+-- step's output is {"enqueued": [{id, run_id, deduped}, ...]} in the same order.
+-- Raises what jobs.enqueue raises for a request (its tenant must be the parent's), and
+-- X_JOB_CANCELLED, X_JOB_LEASE_LOST, X_STEP_DUPLICATE, X_ARGUMENT_INVALID.
+-- Locks: the unique indexes (as jobs.enqueue), then the parent row (share) and its step row.
+create function jobs.enqueue_children_v1(
+  id uuid,
+  worker_id text,
+  claim bigint,
+  name text,
+  requests jsonb
+)
+returns setof jobs.enqueue_result
+language plpgsql
+security definer
+volatile
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+  v_request jsonb;
+  v_ord integer := 0;
+  v_bad_key text;
+  v_answer jobs.enqueue_result;
+  v_answers jobs.enqueue_result[] := '{}';
+  v_run_ats timestamptz[];
+  v_max_attempts integer[];
+  v_priorities integer[];
+begin
+  perform jobs._require(array['worker'], 'jobs.enqueue_children_v1');
+  perform jobs._check_fence('jobs.enqueue_children_v1', enqueue_children_v1.id,
+                            enqueue_children_v1.worker_id, enqueue_children_v1.claim);
+  if requests is null or jsonb_typeof(requests) <> 'array'
+     or jsonb_array_length(requests) not between 1 and 10000
+     or exists (select 1 from jsonb_array_elements(requests) e where jsonb_typeof(e) <> 'object')
+  then
+    perform jobs._invalid('jobs.enqueue_children_v1', 'requests',
+                          'must be a JSON array of 1 to 10000 objects');
+  end if;
+  select format('requests[%s].%s', e.ord, k.key)
+    into v_bad_key
+    from jsonb_array_elements(requests) with ordinality as e(item, ord),
+         jsonb_object_keys(e.item) as k(key)
+   where k.key not in ('name', 'input', 'idempotency_key', 'queue', 'tenant_id', 'run_at',
+                       'max_attempts', 'priority', 'on_conflict', 'traceparent',
+                       'enqueued_by', 'concurrency_key')
+   limit 1;
+  if v_bad_key is not null then
+    perform jobs._invalid('jobs.enqueue_children_v1', v_bad_key,
+                          'is not an argument of jobs.enqueue a child takes');
+  end if;
+
+  -- the typed values parsed at once, in one block: a savepoint a child would overflow the
+  -- backend's subtransaction cache past 64 children, slowing every session's snapshots
+  begin
+    select coalesce(array_agg((e.item ->> 'run_at')::timestamptz order by e.ord), '{}'),
+           coalesce(array_agg((e.item ->> 'max_attempts')::integer order by e.ord), '{}'),
+           coalesce(array_agg((e.item ->> 'priority')::integer order by e.ord), '{}')
+      into v_run_ats, v_max_attempts, v_priorities
+      from jsonb_array_elements(requests) with ordinality as e(item, ord);
+  exception
+    when invalid_text_representation or invalid_datetime_format or datetime_field_overflow
+         or numeric_value_out_of_range then
+      perform jobs._invalid('jobs.enqueue_children_v1', 'requests',
+                            'holds a value of the wrong type: ' || sqlerrm);
+  end;
+
+  for v_request in select e.item from jsonb_array_elements(requests) as e(item) loop
+    v_ord := v_ord + 1;
+    v_answer := jobs.enqueue(
+      name => v_request ->> 'name',
+      input => v_request -> 'input',
+      idempotency_key => v_request ->> 'idempotency_key',
+      queue => v_request ->> 'queue',
+      tenant_id => v_request ->> 'tenant_id',
+      run_at => v_run_ats[v_ord],
+      max_attempts => v_max_attempts[v_ord],
+      priority => v_priorities[v_ord],
+      on_conflict => coalesce(v_request ->> 'on_conflict', 'dedupe'),
+      traceparent => v_request ->> 'traceparent',
+      enqueued_by => v_request ->> 'enqueued_by',
+      concurrency_key => v_request ->> 'concurrency_key',
+      parent_id => enqueue_children_v1.id);
+    v_answers := v_answers || v_answer;
+  end loop;
+
+  -- the step last: it checks the fence, and its failure takes the children back with it
+  perform jobs.record_step_v1(
+    enqueue_children_v1.id, enqueue_children_v1.worker_id, enqueue_children_v1.claim,
+    enqueue_children_v1.name, 'completed',
+    jsonb_build_object('enqueued', (
+      select jsonb_agg(jsonb_build_object('id', a.id, 'run_id', a.run_id, 'deduped', a.deduped)
+                       order by a.ord)
+        from unnest(v_answers) with ordinality as a(id, run_id, deduped, ord))));
+  return query
+    select a.id, a.run_id, a.deduped
+      from unnest(v_answers) with ordinality as a(id, run_id, deduped, ord)
+     order by a.ord;
+end;
+$$;
+
 -- jobs.wait_children_v1: in a claimed attempt of the parent, answer the outcomes of the named
 -- children when every one has settled, else park the parent until they have, fenced on the
 -- claim like jobs.record_step_v1.

@@ -6,7 +6,7 @@
 -- descendants; jobs.inspect_job counts the children.
 begin;
 \ir fixtures/factory.sql
-select plan(70);
+select plan(81);
 
 set local durajobs.now = '2026-06-01 00:00:00+00';
 
@@ -468,6 +468,69 @@ select jobs_test.advance('1 minute') \g /dev/null
 select jobs.ack_v1(id => :'tac', worker_id => 'wc', claim => :tac_claim) \g /dev/null
 select is((jobs_test.job(:'ta_id')).run_at, jobs._now(),
           'and is woken by its settle');
+
+-- ---------------------------------------------------------------------------------------------
+-- enqueue_children_v1: the children and the step that names them, in one call, fenced
+
+select * from jobs_test.running('q-many-p', 'w-m') \gset mp_
+select jobs_test.key() as mk1 \gset
+select jobs_test.key() as mk2 \gset
+select array_agg(e.id order by e.ord) as many_ids
+  from jobs.enqueue_children_v1(
+         id => :'mp_id', worker_id => 'w-m', claim => :mp_claim, name => 'enqueue:kid#1',
+         requests => jsonb_build_array(
+           jsonb_build_object('name', 'kid', 'input', '{"n": 1}'::jsonb,
+                              'idempotency_key', :'mk1', 'queue', 'q-many-c'),
+           jsonb_build_object('name', 'kid', 'input', '{"n": 2}'::jsonb,
+                              'idempotency_key', :'mk2', 'queue', 'q-many-c',
+                              'priority', 5, 'run_at', '2026-06-01T01:00:00+00:00')))
+       with ordinality as e(id, run_id, deduped, ord) \gset
+select is((select count(*)::int from jobs.jobs where parent_id = :'mp_id'), 2,
+          'enqueue_children_v1 makes each child, naming the parent');
+select is((select array_agg(j.state || ':' || j.priority order by j.input ->> 'n')
+             from jobs.jobs j where j.parent_id = :'mp_id'),
+          array['ready:0', 'delayed:5'],
+          'each child takes its own request''s arguments (priority, run_at)');
+select is((select s.status || ' ' || jsonb_array_length(s.output -> 'enqueued')
+             from jobs.steps s where s.run_id = :'mp_id' and s.name = 'enqueue:kid#1'),
+          'completed 2', 'and the step that names them is recorded completed with both');
+select is((select array_agg((e ->> 'id')::uuid order by o)
+             from jobs.steps s,
+                  jsonb_array_elements(s.output -> 'enqueued') with ordinality as x(e, o)
+            where s.run_id = :'mp_id' and s.name = 'enqueue:kid#1'),
+          :'many_ids'::uuid[], 'the step holds their ids in the order asked');
+select throws_ok(
+  format($q$select * from jobs.enqueue_children_v1(id => %L, worker_id => 'w-m', claim => %s,
+                 name => 'enqueue:kid#1',
+                 requests => '[{"name": "kid", "input": {}, "idempotency_key": "again"}]')$q$,
+         :'mp_id', :mp_claim),
+  'JQ009', null, 'a replay of the step is refused, and enqueues nothing');
+select is((select count(*)::int from jobs.jobs where idempotency_key = 'again'), 0,
+          'so the refused call left no child');
+select throws_ok(
+  format($q$select * from jobs.enqueue_children_v1(id => %L, worker_id => 'w-m', claim => %s,
+                 name => 'enqueue:stale',
+                 requests => '[{"name": "kid", "input": {}, "idempotency_key": "stale"}]')$q$,
+         :'mp_id', :mp_claim + 1),
+  'JQ007', null, 'a stale claim is refused');
+select is((select count(*)::int from jobs.jobs where idempotency_key = 'stale'), 0,
+          'and its child was taken back with the refused step');
+select throws_ok(
+  format($q$select * from jobs.enqueue_children_v1(id => %L, worker_id => 'w-m', claim => %s,
+                 name => 'enqueue:bad', requests => '[]')$q$, :'mp_id', :mp_claim),
+  'JQ001', null, 'an empty request list is refused');
+select throws_ok(
+  format($q$select * from jobs.enqueue_children_v1(id => %L, worker_id => 'w-m', claim => %s,
+                 name => 'enqueue:bad',
+                 requests => '[{"name": "kid", "input": {}, "idempotency_key": "k", "parent_id": null}]')$q$,
+         :'mp_id', :mp_claim),
+  'JQ001', null, 'a key that is not a child''s argument is refused');
+select throws_ok(
+  format($q$select * from jobs.enqueue_children_v1(id => %L, worker_id => 'w-m', claim => %s,
+                 name => 'enqueue:bad',
+                 requests => '[{"name": "kid", "input": {}, "idempotency_key": "k", "priority": "high"}]')$q$,
+         :'mp_id', :mp_claim),
+  'JQ001', null, 'a value of the wrong type is refused');
 
 select * from finish();
 rollback;

@@ -408,6 +408,20 @@ def children(parent_id: UUID, *, max_rows: int | None = None) -> Call[list[Child
     return _call("jobs.children", ChildSummary.COLUMNS, arguments, _all(ChildSummary.from_row))
 
 
+def enqueue_children(
+    fence: Fence, name: str, requests: Sequence[Mapping[str, Any]]
+) -> Call[list[EnqueueResult]]:
+    """`jobs.enqueue_children_v1`: the children and the step that names them, in one
+    transaction fenced on the parent's claim; each request holds jobs.enqueue's arguments."""
+    arguments = {**fence.arguments(), "name": name, "requests": Jsonb(list(requests))}
+    return _call(
+        "jobs.enqueue_children_v1",
+        EnqueueResult.COLUMNS,
+        arguments,
+        _all(EnqueueResult.from_row),
+    )
+
+
 def wait_children(
     fence: Fence, name: str, children: Sequence[UUID], *, poll: timedelta | None = None
 ) -> Call[ChildWait]:

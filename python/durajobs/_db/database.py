@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import time
 import weakref
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from typing import Any, TypeVar
 
 import psycopg
@@ -15,16 +13,6 @@ from durajobs._db.calls import Call
 from durajobs._db.execute import check_schema_async, execute_async
 
 T = TypeVar("T")
-
-
-class Transaction:
-    """Calls on one connection inside one transaction: all land, or none does."""
-
-    def __init__(self, connection: psycopg.AsyncConnection[Any]) -> None:
-        self._connection = connection
-
-    async def run(self, call: Call[T]) -> T:
-        return await execute_async(self._connection, call)
 
 
 # a connection back in the pool for less than this is trusted without a round trip: under load
@@ -120,14 +108,6 @@ class AsyncDatabase:
             answer = await execute_async(connection, call)
             self.last_answer = time.monotonic()
             return answer
-
-    @asynccontextmanager
-    async def transaction(self) -> AsyncIterator[Transaction]:
-        """A transaction on one pooled connection: committed when the block ends, rolled back
-        when it raises (a child enqueued together with the step that records it)."""
-        async with self.pool.connection() as connection, connection.transaction():
-            yield Transaction(connection)
-        self.last_answer = time.monotonic()
 
     async def __aenter__(self) -> AsyncDatabase:
         await self.open()

@@ -37,7 +37,6 @@ class EnqueueRequest:
     enqueued_by: str | None = None
     traceparent: str | None = None
     concurrency_key: str | None = None  # the run's key under a keyed concurrency limit
-    parent_id: UUID | None = None  # the job whose step enqueues this one as its child
 
     def call(self) -> calls.Call[EnqueueResult]:
         """`jobs.enqueue` with these arguments: the job's row, written where it runs."""
@@ -55,7 +54,6 @@ class EnqueueRequest:
             enqueued_by=self.enqueued_by,
             traceparent=self.traceparent,
             concurrency_key=self.concurrency_key,
-            parent_id=self.parent_id,
         )
 
     def staged_call(self) -> calls.Call[EnqueueResult]:
@@ -80,6 +78,28 @@ class EnqueueRequest:
             traceparent=self.traceparent,
             concurrency_key=self.concurrency_key,
         )
+
+    def child_entry(self) -> dict[str, Any]:
+        """The request `jobs.enqueue_children_v1` takes: jobs.enqueue's arguments as JSON (the
+        parent is the attempt's job, named by the call's fence)."""
+        entry: dict[str, Any] = {
+            "name": self.name,
+            "input": self.input,
+            "idempotency_key": self.idempotency_key,
+            "queue": self.queue,
+            "max_attempts": self.max_attempts,
+            "on_conflict": self.on_conflict,
+        }
+        optional = {
+            "tenant_id": self.tenant_id,
+            "run_at": None if self.run_at is None else self.run_at.isoformat(),
+            "priority": self.priority,
+            "traceparent": self.traceparent,
+            "enqueued_by": self.enqueued_by,
+            "concurrency_key": self.concurrency_key,
+        }
+        entry.update({key: value for key, value in optional.items() if value is not None})
+        return entry
 
     def fire_entry(self) -> dict[str, Any]:
         """The entry `jobs.scheduler_fire` takes: the run's time, id and trace are the fire's."""

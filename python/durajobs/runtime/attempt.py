@@ -10,14 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-import dataclasses
 import inspect
 import logging
 import time
 import traceback
 from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import Executor
-from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
@@ -27,7 +25,6 @@ from uuid import UUID
 from pydantic import BaseModel
 
 from durajobs._db import calls
-from durajobs._db.database import Transaction
 from durajobs._values.records import ChildWait, ClaimedJob, EnqueueResult, EventLookup, StepRecord
 from durajobs._values.states import NackTarget, StepStatus
 from durajobs.declare.enqueue import EnqueueRequest
@@ -79,8 +76,6 @@ class Outcome(StrEnum):
 
 class Database(Protocol):
     async def run(self, call: calls.Call[T]) -> T: ...
-
-    def transaction(self) -> AbstractAsyncContextManager[Transaction]: ...
 
 
 class Lease(Protocol):
@@ -236,26 +231,12 @@ class _Writer:
             )
         )
 
-    async def enqueue_child(self, name: str, request: EnqueueRequest) -> EnqueueResult:
+    async def enqueue_children(
+        self, name: str, requests: Sequence[EnqueueRequest]
+    ) -> list[EnqueueResult]:
         self._signal.raise_if_set()
-        child = dataclasses.replace(request, parent_id=self._claimed.id)
-        # the child and the step that names it land together: a replay finds the step, and a
-        # crash before the commit leaves neither
-        async with self._db.transaction() as transaction:
-            answer = await transaction.run(child.call())
-            await transaction.run(
-                calls.record_step(
-                    self._claimed.fence,
-                    name,
-                    StepStatus.COMPLETED,
-                    output={
-                        "id": str(answer.id),
-                        "run_id": str(answer.run_id),
-                        "deduped": answer.deduped,
-                    },
-                )
-            )
-        return answer
+        entries = [request.child_entry() for request in requests]
+        return await self._db.run(calls.enqueue_children(self._claimed.fence, name, entries))
 
     async def wait_children(self, name: str, ids: Sequence[UUID], poll: timedelta) -> ChildWait:
         self._signal.raise_if_set()

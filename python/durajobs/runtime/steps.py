@@ -84,9 +84,11 @@ class StepWriter(Protocol):
 
     async def find_event(self, event: str, match: str | None, after: datetime) -> EventLookup: ...
 
-    async def enqueue_child(self, name: str, request: EnqueueRequest) -> EnqueueResult:
-        """Enqueue `request` as a child of the attempt's job and record step `name` with its
-        ids, in one transaction."""
+    async def enqueue_children(
+        self, name: str, requests: Sequence[EnqueueRequest]
+    ) -> list[EnqueueResult]:
+        """Enqueue `requests` as children of the attempt's job and record step `name` with
+        their ids, in one transaction."""
         ...
 
     async def wait_children(self, name: str, ids: Sequence[UUID], poll: timedelta) -> ChildWait:
@@ -301,7 +303,22 @@ class AsyncSteps:
         same child. Its settle wakes this run when it waits for it (`wait_for`). Options as
         `job.enqueue`'s (delay, run_at, queue, priority, on_conflict). The step's name is
         `enqueue:<job>#<n>` (the n-th enqueue of the run) unless `name` is given."""
-        return await _enqueue_step(self._book, job, input, name, options)
+        (child,) = await _enqueue_step(self._book, job, [input], name, options)
+        return child
+
+    async def enqueue_many(
+        self,
+        job: Job[I],
+        inputs: Sequence[I | Mapping[str, Any]],
+        *,
+        name: str | None = None,
+        **options: Any,
+    ) -> list[JobHandle]:
+        """Enqueue a child of `job` for each input, in one step and one statement: a fan-out
+        of thousands costs one round trip (at most 10,000 a step). As `enqueue` otherwise."""
+        if not inputs:
+            return []
+        return await _enqueue_step(self._book, job, list(inputs), name, options)
 
     async def wait_for(
         self,
@@ -393,7 +410,21 @@ class SyncSteps:
         **options: Any,
     ) -> JobHandle:
         """Enqueue a child once ever for this run (see AsyncSteps.enqueue)."""
-        return self._on_loop(_enqueue_step(self._book, job, input, name, options))
+        (child,) = self._on_loop(_enqueue_step(self._book, job, [input], name, options))
+        return child
+
+    def enqueue_many(
+        self,
+        job: Job[I],
+        inputs: Sequence[I | Mapping[str, Any]],
+        *,
+        name: str | None = None,
+        **options: Any,
+    ) -> list[JobHandle]:
+        """Enqueue many children in one step (see AsyncSteps.enqueue_many)."""
+        if not inputs:
+            return []
+        return self._on_loop(_enqueue_step(self._book, job, list(inputs), name, options))
 
     def wait_for(
         self,
@@ -463,22 +494,29 @@ async def _wait_step(
 async def _enqueue_step(
     book: StepBook,
     job: Job[Any],
-    input: Any,
+    inputs: Sequence[Any],
     name: str | None,
     options: dict[str, Any],
-) -> JobHandle:
+) -> list[JobHandle]:
+    """Enqueue a child of `job` for each input, once ever for the run; a replay answers the
+    children the step recorded."""
     step = book.enqueue_name(job, name)
     replay = book.begin(step)
     if replay is None:
         book.signal.raise_if_set()
-        request = job.request(input, **options)
-        answer = await book.writer.enqueue_child(step, request)
+        requests = [job.request(input, **options) for input in inputs]
+        answers = await book.writer.enqueue_children(step, requests)
         book.ran.append(step)
-        id, run_id, deduped = answer.id, answer.run_id, answer.deduped
+        ids = [(answer.id, answer.run_id, answer.deduped) for answer in answers]
     else:
-        stored = replay.output
-        id, run_id, deduped = UUID(stored["id"]), UUID(stored["run_id"]), bool(stored["deduped"])
-    return JobHandle(id, run_id, deduped, job=job, database_url=job.registry.database_url)
+        ids = [
+            (UUID(stored["id"]), UUID(stored["run_id"]), bool(stored["deduped"]))
+            for stored in replay.output["enqueued"]
+        ]
+    url = job.registry.database_url
+    return [
+        JobHandle(id, run_id, deduped, job=job, database_url=url) for id, run_id, deduped in ids
+    ]
 
 
 async def _wait_children_step(

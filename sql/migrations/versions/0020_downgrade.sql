@@ -71,6 +71,8 @@ drop function if exists jobs.children(parent_id uuid, tenant_id text, max_rows i
 
 drop function if exists jobs.enqueue(name text, input jsonb, idempotency_key text, queue text, tenant_id text, run_at timestamp with time zone, max_attempts integer, priority integer, id uuid, run_id uuid, on_conflict text, traceparent text, enqueued_by text, concurrency_key text, parent_id uuid);
 
+drop function if exists jobs.enqueue_children_v1(id uuid, worker_id text, claim bigint, name text, requests jsonb);
+
 CREATE OR REPLACE FUNCTION jobs._claim_limited(function_name text, queues text[], worker_id text, room integer, visibility interval, now timestamp with time zone)
  RETURNS SETOF jobs.claimed_job
  LANGUAGE plpgsql

@@ -186,6 +186,78 @@ def test_a_replayed_parent_gets_the_same_children(database_url):
     ) == [(4, 4)]
 
 
+def test_enqueue_many_makes_every_child_in_one_step_and_a_replay_makes_none(database_url):
+    registry = _registry(database_url)
+    square = _square(registry)
+    attempts: list[int] = []
+
+    @_declare(registry, "fan", retry=durajobs.RetryPolicy.of(attempts=3, delay="10ms"))
+    async def fan(ctx):
+        kids = await ctx.step.enqueue_many(square, [{"n": k} for k in range(50)])
+        assert await ctx.step.enqueue_many(square, []) == []
+        attempts.append(len(attempts) + 1)
+        if len(attempts) == 1:
+            raise RuntimeError("the first attempt fails after its enqueue")
+        return sum(r["sq"] for r in await ctx.step.wait_for(*kids))
+
+    parent = fan.enqueue({"n": 0})
+    _run(registry, database_url, lambda: _finished(database_url, parent.id))
+
+    state, _attempt, _claims, result, _code = _job(database_url, parent.id)
+    assert (state, result) == ("done", sum(k * k for k in range(50)))
+    assert fetch_all(
+        database_url, "select count(*) from jobs.jobs where parent_id = %s", [parent.id]
+    ) == [(50,)]
+    # one step for the fifty, holding their ids in order
+    [(output,)] = fetch_all(
+        database_url,
+        "select output from jobs.steps where run_id = %s and name like 'enqueue:%%'",
+        [parent.id],
+    )
+    ids = [
+        row[0]
+        for row in fetch_all(
+            database_url,
+            "select id from jobs.jobs where parent_id = %s order by (input ->> 'n')::int",
+            [parent.id],
+        )
+    ]
+    assert [entry["id"] for entry in output["enqueued"]] == [str(id) for id in ids]
+
+
+def test_a_child_of_another_tenant_is_refused_and_nothing_is_enqueued(database_url):
+    registry = _registry(database_url)
+
+    @registry.job(
+        name="tenanted",
+        input=N,
+        idempotency_key=lambda i: f"t:{i.n}",
+        tenant=lambda i: f"tenant-{i.n}",
+    )
+    async def tenanted(ctx):
+        return ctx.input.n
+
+    @registry.job(
+        name="fan",
+        input=N,
+        idempotency_key=lambda i: f"f:{i.n}",
+        tenant=lambda i: "tenant-1",
+        retry=durajobs.RetryPolicy.of(attempts=1),
+    )
+    async def fan(ctx):
+        # the first is the parent's tenant, the second is not: the step takes neither
+        await ctx.step.enqueue_many(tenanted, [{"n": 1}, {"n": 2}])
+
+    parent = fan.enqueue({"n": 0})
+    _run(registry, database_url, lambda: _finished(database_url, parent.id))
+
+    state, _attempt, _claims, _result, code = _job(database_url, parent.id)
+    assert (state, code) == ("dead", "X_ARGUMENT_INVALID")
+    assert fetch_all(database_url, "select count(*) from jobs.jobs where name = 'tenanted'") == [
+        (0,)
+    ]
+
+
 def test_a_plain_def_parent_enqueues_and_waits_with_the_sync_step_api(database_url):
     registry = _registry(database_url)
     square = _square(registry)

@@ -63,16 +63,16 @@ def _billed(database_url):
 def test_a_fan_out_killed_half_way_resumes_without_duplicates(database_url, monkeypatch):
     registry = _seed(database_url, 40)
     (task,) = registry.tasks()
-    real_enqueue_child = _Writer.enqueue_child
+    real_enqueue_children = _Writer.enqueue_children
     calls = {"made": 0}
 
-    async def crashing_enqueue_child(self, name, request):
+    async def crashing_enqueue_children(self, name, requests):
         calls["made"] += 1
         if calls["made"] == 21:
             raise ConnectionError("the process died after 20 children")
-        return await real_enqueue_child(self, name, request)
+        return await real_enqueue_children(self, name, requests)
 
-    monkeypatch.setattr(_Writer, "enqueue_child", crashing_enqueue_child)
+    monkeypatch.setattr(_Writer, "enqueue_children", crashing_enqueue_children)
     with psycopg.connect(database_url, autocommit=True) as connection:
         durajobs.execute(connection, durajobs._db.calls.scheduler_arm(task.name, OCCURRENCE))
         durajobs.execute(
