@@ -537,7 +537,7 @@ begin
                r.last_error, r.traceparent, r.enqueued_by, null::boolean
           from refused r
          cross join counted;
-      perform pg_notify('jobs_settled', '');
+      perform jobs._settled();
     end if;
   end if;
 
@@ -751,7 +751,7 @@ begin
         from buried b
        cross join counted;
     if found then
-      perform pg_notify('jobs_settled', '');
+      perform jobs._settled();
     end if;
 
     -- re-take: a dead worker's row with attempts left comes back as a new, counted attempt

@@ -166,7 +166,7 @@ begin
       left join settled s on s.id = r.id and s.claims = r.claim
      order by r.ord;
   -- one notice a statement, whatever it settled: an awaiting caller reads its jobs again
-  perform pg_notify('jobs_settled', '');
+  perform jobs._settled();
 end;
 $$;
 
@@ -396,10 +396,12 @@ begin
                                array_agg(s.claimed_at))
       into v_counted
       from settled s;
-    if v_held.parent_id is not null then
+    -- jobs.nack_many_v1 wakes the parents of all its rows at its end, in id order
+    if v_held.parent_id is not null
+       and coalesce(current_setting('durajobs.wake_later', true), '') <> 'on' then
       perform jobs._wake_parents(array[nack_v1.id], array[v_held.parent_id]);
     end if;
-    perform pg_notify('jobs_settled', '');
+    perform jobs._settled();
     return true;
   end if;
 
@@ -455,6 +457,8 @@ declare
   v_counts boolean[];
   v_ord integer;
   v_bad_key text;
+  v_children uuid[];
+  v_parents uuid[];
 begin
   perform jobs._require(array['worker'], 'jobs.nack_many_v1');
   if nacks is null or jsonb_typeof(nacks) <> 'array' then
@@ -492,6 +496,20 @@ begin
                             'holds a value of the wrong type: ' || sqlerrm);
   end;
 
+  -- the parents are woken once, after every row: one nack a time would take their locks in
+  -- the order of the batch, and two batches could take them in opposite orders
+  -- the children among the rows, each read by primary key, whatever the statistics say
+  select array_agg(l.id order by l.id), array_agg(l.parent_id order by l.id)
+    into v_children, v_parents
+    from unnest(v_ids) as r(id)
+    cross join lateral (
+      select j.id, j.parent_id
+        from jobs.jobs_live j
+       where j.id = r.id
+      offset 0
+    ) l
+   where l.parent_id is not null;
+  perform set_config('durajobs.wake_later', 'on', true);
   for v_ord in 1..cardinality(v_ids) loop
     return query
       select v_ids[v_ord],
@@ -506,6 +524,17 @@ begin
                error_code => nacks -> (v_ord - 1) ->> 'error_code',
                error_stack => nacks -> (v_ord - 1) ->> 'error_stack');
   end loop;
+  perform set_config('durajobs.wake_later', '', true);
+  if v_children is not null then
+    -- those the batch ended: a child retried is still live, and still waited for
+    select array_agg(c.id order by c.id), array_agg(c.parent_id order by c.id)
+      into v_children, v_parents
+      from unnest(v_children, v_parents) as c(id, parent_id)
+     where not exists (select 1 from jobs.jobs_live j where j.id = c.id);
+    if v_children is not null then
+      perform jobs._wake_parents(v_children, v_parents);
+    end if;
+  end if;
 end;
 $$;
 

@@ -1,12 +1,89 @@
 -- 045_results: what a finished job returned, or why it did not, read by id.
 --
--- Tables: jobs.jobs_live and jobs.jobs_history (read, through the view jobs.jobs). The result
+-- Tables: jobs.jobs_live and jobs.jobs_history (read, through the view jobs.jobs),
+-- jobs.result_waits (the callers waiting, made here). The result
 -- is stored by the ack that ends the row (jobs.ack_results_v1, 040_settle) in the same
 -- statement, and leaves with the row when the purge drops or deletes it.
--- Wake: every statement that ends rows (ack, nack to failed or dead, cancel, drain) sends
--- pg_notify('jobs_settled', '') once; a caller awaiting a result listens there and reads its
--- jobs again, and polls as the guarantee. The notice says nothing of the job, so a listener of
--- another tenant learns nothing but that something settled.
+-- Wake: every statement that ends rows (ack, nack to failed or dead, cancel, drain, the claim's
+-- burials and refusals) calls jobs._settled, which sends pg_notify('jobs_settled', '') once
+-- while any caller is registered in jobs.result_waits; such a caller listens there and reads its
+-- jobs again, and polls as the guarantee. A transaction that notifies takes a cluster-wide lock
+-- through its commit, so no settle notifies when nobody waits. The notice says nothing of the
+-- job, so a listener of another tenant learns nothing but that something settled.
+
+-- the callers waiting for a result now, each until its expiry (a caller that died leaves its
+-- row until then, and jobs.purge deletes it after)
+create table jobs.result_waits (
+  id bigint generated always as identity primary key,
+  expires_at timestamptz not null
+);
+
+create index result_waits_expires_idx on jobs.result_waits (expires_at);
+
+-- jobs._settled: notify jobs_settled once, if any caller waits for a result.
+-- Answers whether it notified. Raises nothing. Locks nothing.
+create function jobs._settled()
+returns boolean
+language plpgsql
+volatile
+set search_path = pg_catalog, pg_temp
+as $$
+begin
+  if exists (select 1 from jobs.result_waits w where w.expires_at > jobs._now()) then
+    perform pg_notify('jobs_settled', '');
+    return true;
+  end if;
+  return false;
+end;
+$$;
+
+-- jobs.await_results_v1: register a caller that waits for results, so that the statements
+-- ending jobs notify jobs_settled; listen on it first.
+-- Arguments: ttl (how long the registration holds: 1 second to 1 day).
+-- Answers the registration's id, for jobs.stop_awaiting_v1. Raises X_ARGUMENT_INVALID.
+-- Locks nothing.
+create function jobs.await_results_v1(ttl interval)
+returns bigint
+language plpgsql
+security definer
+volatile
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+  v_id bigint;
+begin
+  perform jobs._require(array['enqueuer', 'operator', 'worker'], 'jobs.await_results_v1',
+                        scoped => true);
+  if ttl is null or ttl < interval '1 second' or ttl > interval '1 day' then
+    perform jobs._invalid('jobs.await_results_v1', 'ttl',
+                          'must be an interval from 1 second to 1 day');
+  end if;
+  insert into jobs.result_waits as w (expires_at)
+  values (jobs._now() + await_results_v1.ttl)
+  returning w.id into v_id;
+  return v_id;
+end;
+$$;
+
+-- jobs.stop_awaiting_v1: end a registration of jobs.await_results_v1.
+-- Arguments: id. Answers whether it was there. Raises X_ARGUMENT_INVALID. Locks its row.
+create function jobs.stop_awaiting_v1(id bigint)
+returns boolean
+language plpgsql
+security definer
+volatile
+set search_path = pg_catalog, pg_temp
+as $$
+begin
+  perform jobs._require(array['enqueuer', 'operator', 'worker'], 'jobs.stop_awaiting_v1',
+                        scoped => true);
+  if id is null then
+    perform jobs._invalid('jobs.stop_awaiting_v1', 'id', 'must be a registration id');
+  end if;
+  delete from jobs.result_waits w where w.id = stop_awaiting_v1.id;
+  return found;
+end;
+$$;
 
 create type jobs.job_outcome as (
   id uuid,

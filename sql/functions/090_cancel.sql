@@ -46,32 +46,36 @@ begin
   end if;
 
   if cancel.children and exists (select 1 from jobs.jobs_live j where j.id = cancel.id) then
-    -- every descendant, through finished ones too; only the live ones are cancelled. Locked
-    -- before the parent, in id order: a settling child locks its own row, then its parent's
-    with recursive tree(id) as (
-      select c.id from jobs.jobs c where c.parent_id = cancel.id
-      union
-      select c.id from jobs.jobs c join tree t on c.parent_id = t.id
-    )
-    select array_agg(l.id order by l.id)
-      into v_descendants
-      from (select j.id
-              from jobs.jobs_live j
-             where j.id in (select t.id from tree t)
-             order by j.id
-               for update) l;
-    with gone as (
-      delete from jobs.jobs_live j
-       where j.id = any(v_descendants)
-      returning j
-    )
-    insert into jobs.jobs_history
-    select e.*
-      from gone g
-     cross join lateral jobs._ended(g.j, 'cancelled', v_now,
-                                    error => format('cancelled with job %s', cancel.id)
-                                             || coalesce(': ' || cancel.reason, ''),
-                                    error_code => 'X_JOB_CANCELLED') e;
+    -- every descendant, through finished ones too; only the live ones are cancelled, locked in
+    -- id order. Again until none is left: a child whose enqueue of its own children committed
+    -- after a pass read the tree is found by the next (one still uncommitted fails its fence)
+    loop
+      with recursive tree(id) as (
+        select c.id from jobs.jobs c where c.parent_id = cancel.id
+        union
+        select c.id from jobs.jobs c join tree t on c.parent_id = t.id
+      )
+      select array_agg(l.id order by l.id)
+        into v_descendants
+        from (select j.id
+                from jobs.jobs_live j
+               where j.id in (select t.id from tree t)
+               order by j.id
+                 for update) l;
+      exit when v_descendants is null;
+      with gone as (
+        delete from jobs.jobs_live j
+         where j.id = any(v_descendants)
+        returning j
+      )
+      insert into jobs.jobs_history
+      select e.*
+        from gone g
+       cross join lateral jobs._ended(g.j, 'cancelled', v_now,
+                                      error => format('cancelled with job %s', cancel.id)
+                                               || coalesce(': ' || cancel.reason, ''),
+                                      error_code => 'X_JOB_CANCELLED') e;
+    end loop;
   end if;
 
   with gone as (
@@ -90,7 +94,7 @@ begin
     if v_parent is not null then
       perform jobs._wake_parents(array[cancel.id], array[v_parent]);
     end if;
-    perform pg_notify('jobs_settled', '');
+    perform jobs._settled();
     return true;
   end if;
 

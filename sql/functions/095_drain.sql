@@ -51,7 +51,7 @@ begin
     if v_parent is not null then
       perform jobs._wake_parents(array[drain.id], array[v_parent]);
     end if;
-    perform pg_notify('jobs_settled', '');
+    perform jobs._settled();
     return true;
   end if;
 

@@ -326,6 +326,17 @@ begin
         for update skip locked
    );
 
+  -- the registrations of result waits that expired (their callers died before ending them)
+  delete from jobs.result_waits w
+   where w.id in (
+     select x.id
+       from jobs.result_waits x
+      where x.expires_at <= v_now
+      order by x.expires_at
+      limit purge.batch_size
+        for update skip locked
+   );
+
   -- the orphan sweep: steps whose run has no row left (two purges that split a run under an
   -- older revision, a row deleted by hand). Each call examines the next batch_size runs of
   -- jobs.steps in key order from where the last one stopped, so it costs a bounded walk of the

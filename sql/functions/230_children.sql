@@ -4,10 +4,11 @@
 -- jobs.jobs_history (the settled children's outcomes), jobs.steps (the parent's 'waiting' step
 -- names the children it waits for; its 'completed' record holds their outcomes).
 -- A child names its parent in parent_id (jobs.enqueue's argument, of the same tenant).
--- No lost wake-up: a parent's wait locks the parent row before it reads its children, and a
--- settling child locks its parent row after its own row left, before it judges whether the
+-- No lost wake-up: a parent's wait takes the parent's advisory lock before it reads its
+-- children, and a settling child takes it after its own row left, before it judges whether the
 -- parent may go on. Whichever comes second sees what the first committed: the wait sees the
--- child settled, or the child sees the parent parked. Lock order: the child, then its parent.
+-- child settled, or the child sees the parent parked. The lock is the parent's id, not its row,
+-- so no row lock ever waits on it; the settles take it after their own rows, in id order.
 -- The parent's poll (jobs.wait_children_v1's poll) is the guarantee behind the wake.
 
 create type jobs.children_wait as (
@@ -15,12 +16,31 @@ create type jobs.children_wait as (
   outcomes jsonb
 );
 
--- jobs._wake_parents: make due now each parked parent whose waiting step's children have all
--- left the live table, and wake its queue's workers. Called by every statement that ends a
--- child (ack, nack to failed or dead, cancel, drain), after the child rows left.
+-- jobs._parent_lock: the key of the advisory lock that a parent's wait and its children's
+-- settles take to see each other (never the parent's row: see jobs._wake_parents).
+-- Answers bigint. Raises nothing. Locks nothing.
+create function jobs._parent_lock(parent_id uuid)
+returns bigint
+language sql
+immutable
+set search_path = pg_catalog, pg_temp
+as $$
+  select hashtextextended('durajobs.parent:' || _parent_lock.parent_id::text, 0)
+$$;
+
+-- jobs._wake_parents: make due now each parked parent none of whose live children it waits for
+-- is left, and wake its queue's workers. Called by every statement that ends a child (the
+-- acks, a nack to failed or dead, cancel, drain, the claim's burials and refusals), after the
+-- child rows left.
 -- Arguments: children (the rows that just ended: not counted as live, whatever this statement
 -- can see of its own deletes) and parents (their parent_id, NULLs skipped).
--- Answers how many parents it woke. Locks the parent rows, in id order.
+-- The handshake with jobs.wait_children_v1 is the parent's advisory lock, taken here in id
+-- order after the statement's own rows: a row lock on the parent would close cycles with a
+-- batch that acks a parent and another's child, a heartbeat of both, or a cancel's cascade.
+-- The parent row itself is updated only when no other statement holds it (skip locked): one
+-- that does is cancelling, claiming or promoting it, and the poll stays the guarantee.
+-- Answers how many parents it woke. Locks: the parents' advisory locks; the parent rows it
+-- wakes, skip locked.
 create function jobs._wake_parents(children uuid[], parents uuid[])
 returns integer
 language plpgsql
@@ -29,36 +49,45 @@ set search_path = pg_catalog, pg_temp
 as $$
 declare
   v_now timestamptz := jobs._now();
+  v_parent uuid;
   v_queue text;
   v_woken integer := 0;
 begin
-  -- the lock in a statement of its own: the judgement below reads with a snapshot taken after
-  -- it, so a parent's wait that held the lock and parked has committed and is seen
-  perform 1
-     from (select p.id
-             from jobs.jobs_live p
-            where p.id = any(_wake_parents.parents)
-            order by p.id
-              for update) locked;
+  for v_parent in
+    select distinct p.id from unnest(_wake_parents.parents) as p(id) where p.id is not null
+     order by p.id
+  loop
+    perform pg_advisory_xact_lock(jobs._parent_lock(v_parent));
+  end loop;
+  -- a statement of its own, after the locks: its snapshot sees a wait that held one and
+  -- parked. Only the parent's live children are read (its index): as they settle, fewer
   for v_queue in
-    with woken as (
-      update jobs.jobs_live p
-         set run_at = v_now,
-             updated_at = v_now
-        from jobs.steps s
+    with due as (
+      select p.id
+        from jobs.jobs_live p
        where p.id = any(_wake_parents.parents)
          and p.state = 'suspended'
          and p.run_at > v_now
-         and s.run_id = p.run_id
-         and s.status = 'waiting'
-         and s.output ? 'children'
-         and not exists (
+         and exists (
            select 1
-             from jobs.jobs_live c
-            where c.id = any(array(select e.value::uuid
-                                     from jsonb_array_elements_text(s.output -> 'children')
-                                          as e(value)))
-              and c.id <> all(_wake_parents.children))
+             from jobs.steps s
+            where s.run_id = p.run_id
+              and s.status = 'waiting'
+              and s.output ? 'children'
+              and not exists (
+                select 1
+                  from jobs.jobs_live c
+                 where c.parent_id = p.id
+                   and c.id <> all(_wake_parents.children)
+                   and s.output -> 'children' ? c.id::text))
+         for update of p skip locked
+    ),
+    woken as (
+      update jobs.jobs_live p
+         set run_at = v_now,
+             updated_at = v_now
+        from due
+       where p.id = due.id
       returning p.queue
     )
     select w.queue from woken w
@@ -79,7 +108,8 @@ $$;
 -- idempotency_key required; queue, tenant_id, run_at, max_attempts, priority, on_conflict,
 -- traceparent, enqueued_by, concurrency_key optional).
 -- Answers (id, run_id, deduped) per request, in input order, as jobs.enqueue answers each; the
--- step's output is {"enqueued": [{id, run_id, deduped}, ...]} in the same order.
+-- step's output is {"enqueued": [id, ...], "deduped": [bool, ...], "run_ids": {id: run_id}} in
+-- the same order (a run id only where it is not the job's own).
 -- Raises what jobs.enqueue raises for a request (its tenant must be the parent's), and
 -- X_JOB_CANCELLED, X_JOB_LEASE_LOST, X_STEP_DUPLICATE, X_ARGUMENT_INVALID.
 -- Locks: the unique indexes (as jobs.enqueue), then the parent row (share) and its step row.
@@ -167,10 +197,14 @@ begin
   perform jobs.record_step_v1(
     enqueue_children_v1.id, enqueue_children_v1.worker_id, enqueue_children_v1.claim,
     enqueue_children_v1.name, 'completed',
-    jsonb_build_object('enqueued', (
-      select jsonb_agg(jsonb_build_object('id', a.id, 'run_id', a.run_id, 'deduped', a.deduped)
-                       order by a.ord)
-        from unnest(v_answers) with ordinality as a(id, run_id, deduped, ord))));
+    -- compact, so 10,000 children fit the step_output limit: ids and dedupe flags in order,
+    -- and a run id only where it is not the job's own (a dedupe onto a job of another run)
+    (select jsonb_build_object(
+              'enqueued', jsonb_agg(a.id order by a.ord),
+              'deduped', jsonb_agg(a.deduped order by a.ord),
+              'run_ids', coalesce(jsonb_object_agg(a.id, a.run_id)
+                                    filter (where a.run_id <> a.id), '{}'::jsonb))
+       from unnest(v_answers) with ordinality as a(id, run_id, deduped, ord)));
   return query
     select a.id, a.run_id, a.deduped
       from unnest(v_answers) with ordinality as a(id, run_id, deduped, ord)
@@ -190,7 +224,7 @@ $$;
 -- an id that names no job of the parent's tenant); or (false, NULL) with the step recorded
 -- 'waiting' and the parent 'suspended', its attempt given back: the caller's attempt is over
 -- and it must not settle it. Raises X_JOB_CANCELLED, X_JOB_LEASE_LOST, X_STEP_DUPLICATE,
--- X_ARGUMENT_INVALID. Locks: the parent row (for update), then its step row.
+-- X_ARGUMENT_INVALID. Locks: the parent row (for update), its advisory lock, its step row.
 create function jobs.wait_children_v1(
   id uuid,
   worker_id text,
@@ -244,6 +278,9 @@ begin
       jsonb_build_object('id', wait_children_v1.id, 'claim', wait_children_v1.claim));
   end if;
 
+  -- the handshake with the children's settles (jobs._wake_parents): whichever takes the
+  -- parent's advisory lock second sees what the first committed
+  perform pg_advisory_xact_lock(jobs._parent_lock(wait_children_v1.id));
   -- a statement of its own, after the lock: its snapshot sees every child that settled first
   select count(*)
     into v_pending
@@ -256,7 +293,8 @@ begin
              'id', u.id,
              'state', h.state,
              'result', h.result,
-             'error', case when h.state <> 'done' then h.last_error end,
+             -- cut, so the outcomes of many failed children fit the step_output limit
+             'error', case when h.state <> 'done' then left(h.last_error, 1000) end,
              'error_code', case when h.state <> 'done' then h.last_error_code end)
            order by u.ord)
       into v_outcomes

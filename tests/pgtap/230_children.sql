@@ -494,9 +494,9 @@ select is((select array_agg(j.state || ':' || j.priority order by j.input ->> 'n
 select is((select s.status || ' ' || jsonb_array_length(s.output -> 'enqueued')
              from jobs.steps s where s.run_id = :'mp_id' and s.name = 'enqueue:kid#1'),
           'completed 2', 'and the step that names them is recorded completed with both');
-select is((select array_agg((e ->> 'id')::uuid order by o)
+select is((select array_agg(e::uuid order by o)
              from jobs.steps s,
-                  jsonb_array_elements(s.output -> 'enqueued') with ordinality as x(e, o)
+                  jsonb_array_elements_text(s.output -> 'enqueued') with ordinality as x(e, o)
             where s.run_id = :'mp_id' and s.name = 'enqueue:kid#1'),
           :'many_ids'::uuid[], 'the step holds their ids in the order asked');
 select throws_ok(

@@ -1,10 +1,11 @@
 """Waiting for jobs to finish, sync and async: one connection a wait, listening on
 `jobs_settled` and reading the jobs' outcomes again on every notice, with a poll as the guarantee.
 
-Every statement that ends jobs (ack, nack to failed or dead, cancel) notifies `jobs_settled` once;
-the notice names nothing, so a wait reads its own jobs again (`jobs.results`, one statement for
-all of them). A notice lost with a dropped connection costs at most one poll: the wait connects
-again and reads.
+Every statement that ends jobs notifies `jobs_settled` once while any caller is registered with
+`jobs.await_results_v1` (as each wait is, for its length: a notifying commit takes a
+cluster-wide lock, so nothing notifies while nobody waits). The notice names nothing, so a wait
+reads its own jobs again (`jobs.results`, one statement for all of them). A notice lost with a
+dropped connection costs at most one poll: the wait connects again and reads.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Sequence
+from datetime import timedelta
 from uuid import UUID
 
 import psycopg
@@ -21,9 +23,11 @@ from durajobs._db.execute import execute, execute_async
 from durajobs._values.records import JobOutcome
 
 SETTLED_CHANNEL = "jobs_settled"
+# a registration outlives its wait's deadline by this much: a wait that dies leaves it until then
+REGISTRATION_MARGIN_SECONDS = 60.0
 
-# asked with the outcomes read so far: raises when a wait can never end (a job no session can
-# see, say), or returns to keep waiting
+# asked with the ids not found: raises when a wait can never end (a job no session can see, say),
+# or returns to keep waiting
 CheckMissing = Callable[[set[UUID]], None]
 
 
@@ -37,6 +41,17 @@ class WaitTimedOut(Exception):
 
 def _settled(ids: Sequence[UUID], outcomes: dict[UUID, JobOutcome]) -> bool:
     return all(id in outcomes and outcomes[id].finished for id in ids)
+
+
+def _ttl(seconds_left: float) -> timedelta:
+    """How long a registration holds: the wait's time left and a margin, within what
+    jobs.await_results_v1 takes."""
+    seconds = seconds_left + REGISTRATION_MARGIN_SECONDS
+    return timedelta(seconds=min(max(seconds, 1.0), 86_400.0))
+
+
+def _by_id(outcomes: list[JobOutcome]) -> dict[UUID, JobOutcome]:
+    return {outcome.id: outcome for outcome in outcomes}
 
 
 def wait_outcomes(
@@ -58,22 +73,28 @@ def wait_outcomes(
                 database_url, autocommit=True, application_name="durajobs-await"
             ) as connection:
                 connection.execute(f"listen {SETTLED_CHANNEL}")
-                while True:
-                    outcomes = _by_id(execute(connection, calls.results(ids)))
-                    check_missing(set(ids) - outcomes.keys())
-                    if _settled(ids, outcomes):
-                        return outcomes
-                    remaining = deadline - time.monotonic()
-                    if remaining <= 0:
-                        raise WaitTimedOut(outcomes)
-                    for _notice in connection.notifies(timeout=min(poll, remaining), stop_after=1):
-                        pass
+                left = deadline - time.monotonic()
+                registration = execute(connection, calls.await_results(_ttl(left)))
+                try:
+                    while True:
+                        outcomes = _by_id(execute(connection, calls.results(ids)))
+                        check_missing(set(ids) - outcomes.keys())
+                        if _settled(ids, outcomes):
+                            return outcomes
+                        left = deadline - time.monotonic()
+                        if left <= 0:
+                            raise WaitTimedOut(outcomes)
+                        for _notice in connection.notifies(timeout=min(poll, left), stop_after=1):
+                            pass
+                finally:
+                    if not connection.closed and not connection.broken:
+                        execute(connection, calls.stop_awaiting(registration))
         except psycopg.OperationalError:
             # the connection dropped (its notices with it): connect again after a poll
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
+            left = deadline - time.monotonic()
+            if left <= 0:
                 raise WaitTimedOut(outcomes) from None
-            time.sleep(min(poll, remaining))
+            time.sleep(min(poll, left))
 
 
 async def wait_outcomes_async(
@@ -95,24 +116,26 @@ async def wait_outcomes_async(
             )
             async with connection:
                 await connection.execute(f"listen {SETTLED_CHANNEL}")
-                while True:
-                    outcomes = _by_id(await execute_async(connection, calls.results(ids)))
-                    check_missing(set(ids) - outcomes.keys())
-                    if _settled(ids, outcomes):
-                        return outcomes
-                    remaining = deadline - loop.time()
-                    if remaining <= 0:
-                        raise WaitTimedOut(outcomes)
-                    async for _notice in connection.notifies(
-                        timeout=min(poll, remaining), stop_after=1
-                    ):
-                        pass
+                left = deadline - loop.time()
+                registration = await execute_async(connection, calls.await_results(_ttl(left)))
+                try:
+                    while True:
+                        outcomes = _by_id(await execute_async(connection, calls.results(ids)))
+                        check_missing(set(ids) - outcomes.keys())
+                        if _settled(ids, outcomes):
+                            return outcomes
+                        left = deadline - loop.time()
+                        if left <= 0:
+                            raise WaitTimedOut(outcomes)
+                        async for _notice in connection.notifies(
+                            timeout=min(poll, left), stop_after=1
+                        ):
+                            pass
+                finally:
+                    if not connection.closed and not connection.broken:
+                        await execute_async(connection, calls.stop_awaiting(registration))
         except psycopg.OperationalError:
-            remaining = deadline - loop.time()
-            if remaining <= 0:
+            left = deadline - loop.time()
+            if left <= 0:
                 raise WaitTimedOut(outcomes) from None
-            await asyncio.sleep(min(poll, remaining))
-
-
-def _by_id(outcomes: list[JobOutcome]) -> dict[UUID, JobOutcome]:
-    return {outcome.id: outcome for outcome in outcomes}
+            await asyncio.sleep(min(poll, left))

@@ -403,6 +403,16 @@ def result(id: UUID) -> Call[JobOutcome]:
     return _call("jobs.result", JobOutcome.COLUMNS, {"id": id}, _one(JobOutcome.from_row))
 
 
+def await_results(ttl: timedelta) -> Call[int]:
+    """`jobs.await_results_v1`: register a wait, so that settles notify `jobs_settled`."""
+    return _call("jobs.await_results_v1", "", {"ttl": ttl}, _scalar, scalar=True)
+
+
+def stop_awaiting(registration: int) -> Call[bool]:
+    """`jobs.stop_awaiting_v1`: end a registration of `await_results`."""
+    return _call("jobs.stop_awaiting_v1", "", {"id": registration}, _scalar, scalar=True)
+
+
 def children(parent_id: UUID, *, max_rows: int | None = None) -> Call[list[ChildSummary]]:
     arguments = {"parent_id": parent_id, "max_rows": max_rows}
     return _call("jobs.children", ChildSummary.COLUMNS, arguments, _all(ChildSummary.from_row))

@@ -105,7 +105,7 @@ def install_script(*, since: str | None = None) -> str:
         f"{PIN_SEARCH_PATH};",
         guard,
         *(f"-- revision {revision}\n{_upgrade_text(revision)}" for revision in applied),
-        f"{CLOSE_TO_PUBLIC};",
+        CLOSE_TO_PUBLIC.strip(),
         record,
         "commit;",
     ]

@@ -97,11 +97,39 @@ PIN_SEARCH_PATH = "set local search_path = pg_catalog, pg_temp"
 # Postgres gives PUBLIC EXECUTE on every new function, and a per-schema default privilege cannot
 # take that away; from revision 0010 on, each upgrade takes it back once its functions exist
 # (jobs.grant_roles gives EXECUTE to the roles that may call them)
-CLOSE_TO_PUBLIC = "revoke execute on all functions in schema jobs from public"
+# PUBLIC may execute no function of the schema; the roles of jobs.grant_roles keep every public
+# one: a revision that drops and makes a function again (its signature changed) or adds one
+# would otherwise leave an application's roles without it until grant_roles ran again
+CLOSE_TO_PUBLIC = """
+revoke execute on all functions in schema jobs from public;
+do $$
+declare
+  v_role text;
+  v_function regprocedure;
+begin
+  if to_regclass('jobs.roles') is null then
+    return;
+  end if;
+  for v_role in
+    select r.role_name from jobs.roles r join pg_roles p on p.rolname = r.role_name
+  loop
+    for v_function in
+      select p.oid::regprocedure
+        from pg_proc p
+       where p.pronamespace = 'jobs'::regnamespace
+         and p.proname !~ '^_'
+    loop
+      execute format('grant execute on function %s to %I', v_function, v_role);
+    end loop;
+  end loop;
+end;
+$$;
+"""
 
 
 def close_to_public() -> None:
-    """Inside the running alembic migration: PUBLIC may execute no function of schema jobs."""
+    """Inside the running alembic migration: PUBLIC may execute no function of schema jobs, and
+    the roles jobs.grant_roles made may execute every public one, old or new."""
     from alembic import op
 
     driver_connection = op.get_bind().connection.driver_connection

@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import inspect
 import json
+import re
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -63,6 +64,12 @@ from durajobs.errors import (
     TenancyActorOrgRequired,
 )
 from durajobs.observe.tracing import current_traceparent
+
+# a NUL character as json.dumps writes it (\u0000 after an even run of backslashes)
+_NUL_ESCAPE = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
+
+# the default 'step_output' size limit (011_bounds.sql), which bounds a result too
+DEFAULT_RESULT_BYTES = 1_048_576
 
 # how often `step.wait_for_event` re-reads the table when no wake arrives
 DEFAULT_EVENT_POLL = timedelta(seconds=30)
@@ -198,9 +205,20 @@ class Job(Generic[I]):
                     f"{self.output_model.__name__}: {first['msg']}",
                     detail={"job": self.name, "errors": invalid.errors(include_url=False)},
                 ) from None
-            return model.model_dump(mode="json")
+            value = model.model_dump(mode="json")
         try:
-            return json.loads(json.dumps(value, allow_nan=False))
+            # NaN and infinities are not JSON, and jsonb refuses a NUL character: either would
+            # fail the whole batch of acks it was sent with, not just this run
+            text = json.dumps(value, allow_nan=False)
+            if _NUL_ESCAPE.search(text):
+                raise ValueError("a string holds a NUL character (\\u0000), which jsonb refuses")
+            if len(text) > DEFAULT_RESULT_BYTES:
+                # the database holds a lowered limit too, and fails such a row there
+                raise ValueError(
+                    f"it is {len(text)} bytes as JSON, over the {DEFAULT_RESULT_BYTES} bytes "
+                    "of the step_output size limit"
+                )
+            return json.loads(text)
         except (TypeError, ValueError) as invalid:
             raise JobResultInvalid(
                 f"job {self.name} returned {type(value).__name__}, which is not JSON: {invalid}",

@@ -658,6 +658,14 @@ class Attempt:
                     extra={"job": claimed.name, "id": str(claimed.id), "reason": "fenced"},
                 )
             signal.cancel(error)
+        if suspension is not None and error is None and suspension.parked:
+            # the database parked the run in the statement that saw a child still running: the
+            # row is no longer this attempt's, so no signal since (a drain, a deadline, a
+            # renewal that found the row parked) changes that, and nothing is to be settled
+            lease.stop()
+            if self._reporter is not None:
+                self._reporter.close()
+            return self.finish(Outcome.SUSPENDED, resume_at=datetime.now(UTC) + suspension.delay)
         reason = signal.reason
         # under a drain the verdict is the signal's, whatever the body did on its way out
         # (returned early or raised): handed back uncounted. A run parked by a step stays parked.
@@ -674,13 +682,6 @@ class Attempt:
         if isinstance(reason, JobLeaseLost):
             lease.stop()
             return self.finish(Outcome.LEASE_LOST, error=str(reason), code=reason.code)
-        if suspension is not None and error is None and suspension.parked:
-            # the database parked the run in the statement that saw a child still running: the
-            # row is no longer this attempt's, so no deadline or settle applies to it now
-            lease.stop()
-            if self._reporter is not None:
-                self._reporter.close()
-            return self.finish(Outcome.SUSPENDED, resume_at=datetime.now(UTC) + suspension.delay)
         if isinstance(reason, JobTimeout):
             error = reason  # the deadline fails the attempt, whatever the body said on its way out
         elif isinstance(error, Aborted) and reason is not None:

@@ -509,9 +509,11 @@ async def _enqueue_step(
         book.ran.append(step)
         ids = [(answer.id, answer.run_id, answer.deduped) for answer in answers]
     else:
+        stored = replay.output
+        run_ids = stored.get("run_ids") or {}
         ids = [
-            (UUID(stored["id"]), UUID(stored["run_id"]), bool(stored["deduped"]))
-            for stored in replay.output["enqueued"]
+            (UUID(id), UUID(run_ids.get(id, id)), bool(deduped))
+            for id, deduped in zip(stored["enqueued"], stored["deduped"], strict=True)
         ]
     url = job.registry.database_url
     return [

@@ -3,6 +3,7 @@
 
 -- >>> schema changes: tables, types, indexes, rows (by hand; kept on regeneration)
 -- the functions of the types go with them; the functions part below drops the rest
+drop table jobs.result_waits;
 drop type jobs.children_wait cascade;
 drop type jobs.job_outcome cascade;
 
@@ -61,9 +62,15 @@ drop function if exists jobs._check_ack_many(function_name text, worker_id text,
 
 drop function if exists jobs._ended(j jobs.jobs_live, state text, now timestamp with time zone, error text, error_code text, error_stack text, give_back_attempt boolean, claimed_by text, result jsonb);
 
+drop function if exists jobs._parent_lock(parent_id uuid);
+
+drop function if exists jobs._settled();
+
 drop function if exists jobs._wake_parents(children uuid[], parents uuid[]);
 
 drop function if exists jobs.ack_results_v1(worker_id text, ids uuid[], claims bigint[], results jsonb[]);
+
+drop function if exists jobs.await_results_v1(ttl interval);
 
 drop function if exists jobs.cancel(id uuid, reason text, tenant_id text, children boolean);
 
@@ -72,6 +79,8 @@ drop function if exists jobs.children(parent_id uuid, tenant_id text, max_rows i
 drop function if exists jobs.enqueue(name text, input jsonb, idempotency_key text, queue text, tenant_id text, run_at timestamp with time zone, max_attempts integer, priority integer, id uuid, run_id uuid, on_conflict text, traceparent text, enqueued_by text, concurrency_key text, parent_id uuid);
 
 drop function if exists jobs.enqueue_children_v1(id uuid, worker_id text, claim bigint, name text, requests jsonb);
+
+drop function if exists jobs.stop_awaiting_v1(id bigint);
 
 CREATE OR REPLACE FUNCTION jobs._claim_limited(function_name text, queues text[], worker_id text, room integer, visibility interval, now timestamp with time zone)
  RETURNS SETOF jobs.claimed_job
@@ -1164,6 +1173,76 @@ begin
 end;
 $function$;
 
+CREATE OR REPLACE FUNCTION jobs.nack_many_v1(worker_id text, nacks jsonb)
+ RETURNS SETOF jobs.settle_result
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+ SET enable_seqscan TO 'off'
+ SET jit TO 'off'
+AS $function$
+declare
+  v_ids uuid[];
+  v_claims bigint[];
+  v_next_states text[];
+  v_delays interval[];
+  v_counts boolean[];
+  v_ord integer;
+  v_bad_key text;
+begin
+  perform jobs._require(array['worker'], 'jobs.nack_many_v1');
+  if nacks is null or jsonb_typeof(nacks) <> 'array' then
+    perform jobs._invalid('jobs.nack_many_v1', 'nacks', 'must be a JSON array of objects');
+  end if;
+  if exists (select 1 from jsonb_array_elements(nacks) e where jsonb_typeof(e) <> 'object') then
+    perform jobs._invalid('jobs.nack_many_v1', 'nacks', 'must hold JSON objects only');
+  end if;
+  select format('nacks[%s].%s', e.ord, k.key)
+    into v_bad_key
+    from jsonb_array_elements(nacks) with ordinality as e(item, ord),
+         jsonb_object_keys(e.item) as k(key)
+   where k.key not in ('id', 'claim', 'next_state', 'delay', 'counts_as_attempt', 'error',
+                       'error_code', 'error_stack')
+   limit 1;
+  if v_bad_key is not null then
+    perform jobs._invalid('jobs.nack_many_v1', v_bad_key, 'is not an argument of jobs.nack_v1');
+  end if;
+
+  -- parse every element first, in one block: a value of the wrong type is an argument error
+  begin
+    select coalesce(array_agg((e.item ->> 'id')::uuid order by e.ord), '{}'),
+           coalesce(array_agg((e.item ->> 'claim')::bigint order by e.ord), '{}'),
+           coalesce(array_agg(coalesce(e.item ->> 'next_state', 'ready') order by e.ord), '{}'),
+           coalesce(array_agg(coalesce((e.item ->> 'delay')::interval, interval '0')
+                              order by e.ord), '{}'),
+           coalesce(array_agg(coalesce((e.item ->> 'counts_as_attempt')::boolean, true)
+                              order by e.ord), '{}')
+      into v_ids, v_claims, v_next_states, v_delays, v_counts
+      from jsonb_array_elements(nacks) with ordinality as e(item, ord);
+  exception
+    when invalid_text_representation or invalid_datetime_format or datetime_field_overflow
+         or numeric_value_out_of_range or invalid_parameter_value or interval_field_overflow then
+      perform jobs._invalid('jobs.nack_many_v1', 'nacks',
+                            'holds a value of the wrong type: ' || sqlerrm);
+  end;
+
+  for v_ord in 1..cardinality(v_ids) loop
+    return query
+      select v_ids[v_ord],
+             jobs.nack_v1(
+               id => v_ids[v_ord],
+               worker_id => nack_many_v1.worker_id,
+               claim => v_claims[v_ord],
+               next_state => v_next_states[v_ord],
+               delay => v_delays[v_ord],
+               counts_as_attempt => v_counts[v_ord],
+               error => nacks -> (v_ord - 1) ->> 'error',
+               error_code => nacks -> (v_ord - 1) ->> 'error_code',
+               error_stack => nacks -> (v_ord - 1) ->> 'error_stack');
+  end loop;
+end;
+$function$;
+
 CREATE OR REPLACE FUNCTION jobs.nack_v1(id uuid, worker_id text, claim bigint, next_state text DEFAULT 'ready'::text, delay interval DEFAULT '00:00:00'::interval, counts_as_attempt boolean DEFAULT true, error text DEFAULT NULL::text, error_code text DEFAULT NULL::text, error_stack text DEFAULT NULL::text)
  RETURNS boolean
  LANGUAGE plpgsql
@@ -1274,6 +1353,176 @@ begin
   )
   select count(*) into v_landed from settled, counted;
   return v_landed > 0;
+end;
+$function$;
+
+CREATE OR REPLACE FUNCTION jobs.purge(done_after interval DEFAULT '14 days'::interval, ended_after interval DEFAULT '90 days'::interval, published_after interval DEFAULT '7 days'::interval, batch_size integer DEFAULT 1000)
+ RETURNS jobs.purge_result
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+declare
+  v_now timestamptz := jobs._now();
+  v_jobs integer := 0;
+  v_rows integer;
+  v_steps integer := 0;
+  v_outbox integer;
+  v_events integer;
+  v_runs uuid[];
+  v_day text;
+  v_after uuid;
+begin
+  perform jobs._require(array['worker', 'operator'], 'jobs.purge');
+  perform jobs._check_interval('jobs.purge', 'done_after', purge.done_after, interval '0',
+                               interval '100 years');
+  perform jobs._check_interval('jobs.purge', 'ended_after', purge.ended_after, interval '0',
+                               interval '100 years');
+  perform jobs._check_interval('jobs.purge', 'published_after', purge.published_after, interval '0',
+                               interval '100 years');
+  if batch_size is null or batch_size < 1 or batch_size > 10000 then
+    perform jobs._invalid('jobs.purge', 'batch_size', 'must be between 1 and 10000');
+  end if;
+
+  perform pg_advisory_xact_lock(hashtext('jobs.purge'));
+  perform jobs.prepare_history();
+
+  -- the oldest day partition whose whole day is past the window, by the day in its name
+  for v_day in
+    select c.relname
+      from pg_inherits i
+      join pg_class c on c.oid = i.inhrelid
+     where i.inhparent = 'jobs.jobs_history_done'::regclass
+       and c.relname ~ '^jobs_history_done_p[0-9]{8}$'
+       and (to_date(right(c.relname, 8), 'YYYYMMDD')::timestamp at time zone 'UTC')
+             + interval '1 day' <= v_now - purge.done_after
+     order by c.relname
+  loop
+    select d.dropped_jobs, d.dropped_steps
+      into v_rows, v_steps
+      from jobs._drop_day(v_day, purge.batch_size) d;
+    v_jobs := v_jobs + v_rows;
+    exit when v_rows > 0;
+  end loop;
+
+  -- each window in its own statement part, so each walks its own index oldest first, and each
+  -- deletes from its own partition by id (a join to the ids let the planner hash a scan of
+  -- every partition); the done rows read here are the default partition's (a day partition
+  -- goes whole, above)
+  with done as materialized (
+    select j.id
+      from jobs.jobs_history_done_default j
+     where j.finished_at < v_now - purge.done_after
+       and not jobs._outbox_awaits(j.id)
+     order by j.finished_at
+     limit purge.batch_size
+       for update skip locked
+  ),
+  ended as materialized (
+    select j.id
+      from jobs.jobs_history_ended j
+     where j.finished_at < v_now - purge.ended_after
+       and not jobs._outbox_awaits(j.id)
+     order by j.finished_at
+     limit purge.batch_size
+       for update skip locked
+  ),
+  removed_done as (
+    delete from jobs.jobs_history_done_default j
+     where j.id = any(array(select d.id from done d))
+    returning j.run_id
+  ),
+  removed_ended as (
+    delete from jobs.jobs_history_ended j
+     where j.id = any(array(select e.id from ended e))
+    returning j.run_id
+  )
+  select count(*), coalesce(array_agg(distinct r.run_id), '{}')
+    into v_rows, v_runs
+    from (select d.run_id from removed_done d
+          union all
+          select e.run_id from removed_ended e) r;
+  v_jobs := v_jobs + v_rows;
+  with gone as (
+    delete from jobs.steps s
+     where s.run_id = any(v_runs)
+       and not jobs._run_stands(s.run_id)
+    returning 1
+  )
+  select v_steps + count(*) into v_steps from gone;
+
+  -- no index orders either table by age: the scan stops at the batch's last row, and both are
+  -- written in about the order they age in
+  with gone as (
+    delete from jobs.outbox o
+     where o.id in (
+       select p.id
+         from jobs.outbox p
+        where p.published_at < v_now - purge.published_after
+        limit purge.batch_size
+          for update skip locked
+     )
+    returning 1
+  )
+  select count(*) into v_outbox from gone;
+
+  with gone as (
+    delete from jobs.events e
+     where e.id in (
+       select x.id
+         from jobs.events x
+        where x.expires_at <= v_now
+        limit purge.batch_size
+          for update skip locked
+     )
+    returning 1
+  )
+  select count(*) into v_events from gone;
+
+  -- the starts a rate counts, past their rule's window: the claim prunes only the groups it
+  -- looks at, so a tenant that stopped enqueuing would keep its rows for ever
+  delete from jobs.limit_starts s
+   where s.ctid = any(array(
+           select x.ctid
+             from jobs.limit_starts x
+             join jobs.limit_rules r on r.id = x.rule_id
+            where x.started_at <= v_now - r.per
+            limit purge.batch_size));
+
+  -- the webhook deliveries' attempts, kept as long as an ended job
+  delete from jobs.webhook_attempts a
+   where a.id in (
+     select w.id
+       from jobs.webhook_attempts w
+      where w.at < v_now - purge.ended_after
+      order by w.at, w.id
+      limit purge.batch_size
+        for update skip locked
+   );
+
+  -- the orphan sweep: steps whose run has no row left (two purges that split a run under an
+  -- older revision, a row deleted by hand). Each call examines the next batch_size runs of
+  -- jobs.steps in key order from where the last one stopped, so it costs a bounded walk of the
+  -- primary key and a few probes a run, and the whole table is swept over calls. A run whose
+  -- row is enqueued meanwhile (a run_id naming it) starts with no stale steps to replay.
+  select c.steps_after into v_after from jobs.purge_cursor c;
+  select coalesce(array_agg(r.run_id order by r.run_id), '{}')
+    into v_runs
+    from (select distinct s.run_id
+            from jobs.steps s
+           where v_after is null or s.run_id > v_after
+           order by s.run_id
+           limit purge.batch_size) r;
+  delete from jobs.steps s
+   where s.run_id = any(array(select r from unnest(v_runs) r where not jobs._run_stands(r)));
+  get diagnostics v_rows = row_count;
+  v_steps := v_steps + v_rows;
+  -- a short batch reached the end: the next call starts again from the first run
+  update jobs.purge_cursor c
+     set steps_after = case when cardinality(v_runs) < purge.batch_size then null
+                            else v_runs[cardinality(v_runs)] end;
+
+  return (v_jobs, v_steps, v_outbox, v_events)::jobs.purge_result;
 end;
 $function$;
 

@@ -26,3 +26,4 @@ def upgrade() -> None:
 
 def downgrade() -> None:
     apply_sql_file(HERE / f"{revision}_downgrade.sql")
+    close_to_public()  # the functions made again take PUBLIC's default grant

@@ -222,7 +222,8 @@ def test_enqueue_many_makes_every_child_in_one_step_and_a_replay_makes_none(data
             [parent.id],
         )
     ]
-    assert [entry["id"] for entry in output["enqueued"]] == [str(id) for id in ids]
+    assert output["enqueued"] == [str(id) for id in ids]
+    assert output["deduped"] == [False] * 50
 
 
 def test_a_child_of_another_tenant_is_refused_and_nothing_is_enqueued(database_url):

@@ -439,20 +439,47 @@ def test_retention_removes_a_result_with_its_job(database_url, client):
         client.result(handle.id)
 
 
-def test_one_notice_a_settling_statement_whatever_it_settled(database_url, client):
-    # a listener counts the notices of one batch ack of 20 rows
+def _notices_of_one_batch_ack(database_url, client, *, registered: bool) -> list[object]:
+    """The notices a listener gets from one batch ack of 20 rows."""
     with psycopg.connect(database_url, autocommit=True) as listener:
         listener.execute("listen jobs_settled")
+        if registered:
+            listener.execute("select jobs.await_results_v1(interval '1 minute')")
         for n in range(20):
-            client.enqueue("batch", {}, f"batch:{n}")
+            client.enqueue("batch", {}, f"batch:{registered}:{n}")
         claimed = client.claim(["default"], "w1", batch_size=20)
         assert len(claimed) == 20
         client.ack_many("w1", [c.id for c in claimed], [c.claim for c in claimed])
-        notices = list(listener.notifies(timeout=0.5))
+        return list(listener.notifies(timeout=0.5))
+
+
+def test_one_notice_a_settling_statement_while_a_caller_waits(database_url, client):
+    notices = _notices_of_one_batch_ack(database_url, client, registered=True)
 
     assert len(notices) == 1
     # the notice names nothing: another tenant's listener learns only that something settled
     assert notices[0].payload == ""
+
+
+def test_no_notice_while_nobody_waits(database_url, client):
+    # a notifying commit takes a cluster-wide lock: the acks of a fleet nobody awaits skip it
+    assert _notices_of_one_batch_ack(database_url, client, registered=False) == []
+
+
+def test_a_wait_registers_while_it_waits_and_ends_its_registration(database_url):
+    _, jobs = _registry(database_url)
+    handle = jobs["add"].enqueue({"a": 30, "b": 1})
+
+    async def body() -> int:
+        waiting = asyncio.ensure_future(handle.result(timeout=0.5, poll=0.1))
+        await asyncio.sleep(0.2)
+        (during,) = fetch_all(database_url, "select count(*) from jobs.result_waits")[0]
+        with pytest.raises(durajobs.JobResultTimeout):
+            await waiting
+        return int(during)
+
+    assert asyncio.run(body()) == 1
+    assert fetch_all(database_url, "select count(*) from jobs.result_waits") == [(0,)]
 
 
 def test_a_staged_enqueue_is_awaited_until_the_relay_publishes_it(database_url):
@@ -499,3 +526,52 @@ def test_many_waits_share_nothing_but_the_database(database_url):
 
     asyncio.run(_with_worker(registry, database_url, body))
     assert answers == [{"sum": n + 1} for n in range(10)]
+
+
+class Score(BaseModel):
+    score: float
+
+
+def test_nan_and_nul_fail_their_own_run_and_never_the_batch_they_would_be_acked_with(
+    database_url,
+):
+    registry = durajobs.Registry(database_url)
+
+    @registry.job(
+        name="nan",
+        input=Numbers,
+        idempotency_key=lambda i: f"nan:{i.a}",
+        tenant="none",
+        output=Score,
+    )
+    async def nan(ctx: durajobs.JobContext[Numbers]) -> Score:
+        return Score(score=float("nan"))
+
+    @registry.job(name="nul", input=Numbers, idempotency_key=lambda i: f"nul:{i.a}", tenant="none")
+    async def nul(ctx: durajobs.JobContext[Numbers]) -> dict[str, str]:
+        return {"text": "before\x00after"}
+
+    @registry.job(
+        name="fine", input=Numbers, idempotency_key=lambda i: f"fine:{i.a}", tenant="none"
+    )
+    async def fine(ctx: durajobs.JobContext[Numbers]) -> dict[str, str]:
+        # a backslash and the letters u0000 are text, not a NUL
+        return {"text": "C:\\u0000", "n": str(ctx.input.a)}
+
+    handles = [nan.enqueue({"a": 1}), nul.enqueue({"a": 1})]
+    good = [fine.enqueue({"a": n}) for n in range(5)]
+
+    async def body() -> None:
+        for handle in handles:
+            with pytest.raises(durajobs.JobResultInvalid):
+                await handle.result(timeout=20)
+        assert [await handle.result(timeout=20) for handle in good] == [
+            {"text": "C:\\u0000", "n": str(n)} for n in range(5)
+        ]
+
+    asyncio.run(_with_worker(registry, database_url, body))
+    assert fetch_all(
+        database_url,
+        "select name, state, last_error_code from jobs.jobs where name in ('nan', 'nul')"
+        " order by name",
+    ) == [("nan", "dead", "X_JOB_RESULT_INVALID"), ("nul", "dead", "X_JOB_RESULT_INVALID")]

@@ -178,3 +178,36 @@ def test_a_worker_declares_its_registrys_redacted_keys(database_url, roles):
     with durajobs.Client.connect(roles["operator_url"]) as operator:
         shown = operator.inspect_job(job.id)
     assert shown["job"]["input"] == {"key": "k", "card_number": "[redacted]"}
+
+
+def test_an_upgrade_keeps_the_roles_on_functions_it_makes_again_or_adds(empty_database_url):
+    # revision 0020 drops and makes jobs.enqueue and jobs.cancel again (new arguments) and adds
+    # jobs.results: a role granted at 0019 must keep the one and get the others
+    durajobs.migrate(empty_database_url, "0019")
+    tag = uuid.uuid4().hex[:8]
+    names = {kind: f"u{tag}_{kind}" for kind in ("enqueuer", "worker", "operator")}
+    login = f"u{tag}_login"
+    with durajobs.Client(
+        psycopg.connect(empty_database_url, autocommit=True), check=False
+    ) as owner:
+        owner.connection.execute("select * from jobs.grant_roles(%s, %s, %s)", list(names.values()))
+        owner.connection.execute(f"create role {login} login password '{tag}'")
+        owner.connection.execute(f"grant {names['enqueuer']} to {login}")
+    try:
+        durajobs.migrate(empty_database_url)
+        url = make_conninfo(empty_database_url, user=login, password=tag)
+        with durajobs.Client.connect(url) as enqueuer:
+            job = enqueuer.enqueue("after-upgrade", {}, "after-upgrade:1")
+            assert [outcome.id for outcome in enqueuer.run(calls.results([job.id]))] == [job.id]
+        with psycopg.connect(empty_database_url, autocommit=True) as owner:
+            # and PUBLIC executes nothing, the new functions included
+            public = owner.execute(
+                "select count(*) from pg_proc p where p.pronamespace = 'jobs'::regnamespace"
+                " and has_function_privilege('public', p.oid, 'execute')"
+            ).fetchone()
+            assert public == (0,)
+    finally:
+        with psycopg.connect(empty_database_url, autocommit=True) as owner:
+            for role in (login, *names.values()):
+                owner.execute(f"drop owned by {role} cascade")
+                owner.execute(f"drop role {role}")
