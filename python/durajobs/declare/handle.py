@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 from uuid import UUID
 
 from durajobs._db.awaiting import WaitTimedOut, wait_outcomes, wait_outcomes_async
@@ -31,8 +31,12 @@ from durajobs.errors import (
     registered_errors,
 )
 
-if TYPE_CHECKING:
-    from durajobs.declare.registry import Job
+
+class ResultReader(Protocol):
+    """What a handle needs of its job (a declared Job): how its stored result reads back."""
+
+    def read_result(self, stored: Any) -> Any: ...
+
 
 DEFAULT_RESULT_TIMEOUT = timedelta(seconds=30)
 # how often a wait reads its job when no notice comes: the guarantee behind LISTEN/NOTIFY
@@ -44,7 +48,7 @@ class JobHandle(EnqueueResult):
     """An enqueued job: its ids, whether an existing job answered (`deduped`), and its result
     to await. Compares equal to another handle of the same job."""
 
-    job: Job[Any] | None = field(default=None, repr=False)
+    job: ResultReader | None = field(default=None, repr=False)
     database_url: str | None = field(default=None, repr=False)
     # staged in a transaction's outbox: the job exists once a relay publishes it
     staged: bool = False
@@ -121,7 +125,7 @@ class JobHandle(EnqueueResult):
         )
 
 
-def settled_value(outcome: JobOutcome, job: Job[Any] | None) -> Any:
+def settled_value(outcome: JobOutcome, job: ResultReader | None) -> Any:
     """A finished job's result, or the error its ending stands for."""
     if outcome.state is JobState.DONE:
         return outcome.result if job is None else job.read_result(outcome.result)

@@ -31,7 +31,7 @@ from durajobs._values.records import (
 from durajobs._values.states import JobState, StepStatus
 from durajobs.declare.enqueue import EnqueueRequest
 from durajobs.declare.factory import thread_outliving_cancel
-from durajobs.declare.handle import JobHandle, failure_of
+from durajobs.declare.handle import JobHandle, ResultReader, failure_of
 from durajobs.declare.registry import DEFAULT_EVENT_POLL
 from durajobs.errors import (
     Aborted,
@@ -556,7 +556,9 @@ async def _wait_children_step(
 
 
 def _gathered(
-    outcomes: list[dict[str, Any]], jobs: dict[UUID, Job[Any] | None], return_exceptions: bool
+    outcomes: list[dict[str, Any]],
+    jobs: dict[UUID, ResultReader | None],
+    return_exceptions: bool,
 ) -> list[Any]:
     """The children's results in order, as asyncio.gather answers them."""
     answers: list[Any] = []
