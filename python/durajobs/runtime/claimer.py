@@ -46,6 +46,8 @@ LAPSED_SCAN_INTERVAL = 1.0  # seconds
 # the most rows one claim statement asks for: with more slots than this, the next claim is sent
 # while the rows of the last are started, and the pipe stays full
 MAX_CLAIM = 500
+# claim statements kept written (one per set of queues a claim names, in order)
+MAX_KEPT_STATEMENTS = 256
 
 
 @dataclass(frozen=True)
@@ -106,6 +108,13 @@ class ClaimLoop:
         self._ahead: asyncio.Task[int] | None = None
         self._lapsed_scanned: dict[str, float] = {}  # queue -> when its lapsed leases were sought
         self._idle = True
+        # the pass about to run was started by a kick while idle: a pickup, whose claim leaves
+        # the lapsed-lease scan to the claim after it (the scan is most of a slow pickup)
+        self._woken = False
+        # a pickup left a due lapsed-lease scan to the next claim: it is sent at once
+        self._scan_owed = False
+        # the claim statements met so far, by (queues, jobs to drop)
+        self._statements: dict[tuple[tuple[str, ...], tuple[str, ...]], calls.WorkerClaim] = {}
         # the on_settled hooks of buried rows, and other work the loop leaves running
         self._chores: set[asyncio.Task[None]] = set()
 
@@ -139,6 +148,7 @@ class ClaimLoop:
         while self.accepting:
             cancel.check()
             self._kick.clear()
+            self._scan_owed = False  # owed by this pass's pickup, if it skips a due scan
             try:
                 claimed = await self._pass()
                 # a claim sent ahead keeps the pipe full: each may send the next
@@ -164,6 +174,11 @@ class ClaimLoop:
                 timeout = None  # at the cap: a freed slot kicks
             elif self.room() == 0:
                 timeout = None
+            elif self._scan_owed:
+                # a pickup that found nothing still owes the scan it skipped: the next pass,
+                # not woken, sends it (and never owes one, so this cannot loop)
+                await asyncio.sleep(0)
+                continue
             else:
                 timeout = wait.total_seconds()
                 log.debug("jobs.worker.idle", extra={"worker": self._worker_id, "wait": timeout})
@@ -174,8 +189,9 @@ class ClaimLoop:
                 async with asyncio.timeout(timeout):  # not wait_for: it can swallow a cancel
                     await self._kick.wait()
                 wait = self._pacing.poll_floor
+                self._woken = self._idle
             except TimeoutError:
-                pass
+                self._woken = False
 
     def room(self) -> int:
         """Slots free for a claim now."""
@@ -199,7 +215,8 @@ class ClaimLoop:
         if self._idle:
             # a first fill from idle: one statement over every queue with a free slot
             size = min(room, MAX_CLAIM, min(self._queue_room(q) for q in open_queues))
-            got = await self._claim(open_queues, size)
+            pickup, self._woken = self._woken, False
+            got = await self._claim(open_queues, size, pickup=pickup)
         else:
             got = await self._split(open_queues, min(room, MAX_CLAIM))
         self._idle = got == 0
@@ -228,7 +245,11 @@ class ClaimLoop:
             queues = filled
         return got
 
-    async def _claim(self, queues: list[str], size: int) -> int:
+    async def _claim(self, queues: list[str], size: int, *, pickup: bool = False) -> int:
+        """Claim up to `size` rows of `queues` and start them; answer how many started. A
+        `pickup` (the first claim after a wake) never scans for lapsed leases: that scan steps
+        over every dead entry of the lease index (milliseconds where a pickup takes one), and the
+        claim the loop sends right after a pickup's rows does it instead."""
         # the room another claim in flight asked for since this one was sized is not this one's
         size = min(size, self.room(), *(self._queue_room(queue) for queue in queues))
         if size <= 0 or not self.accepting:
@@ -239,23 +260,16 @@ class ClaimLoop:
             asked - self._lapsed_scanned.get(queue, -math.inf) >= LAPSED_SCAN_INTERVAL
             for queue in queues
         )
+        self._scan_owed = recover and pickup
+        recover = recover and not pickup
         try:
             # spoken for while on the wire: a multi-queue claim may take all of them from any
             # one of its queues
             self._asking += size
             self._asking_by_queue.update(dict.fromkeys(queues, size))
             try:
-                rows = await self._db.run(
-                    calls.claim(
-                        queues,
-                        self._worker_id,
-                        batch_size=size,
-                        visibility=self._visibility,
-                        drop_exhausted=dropping,
-                        recover_lapsed=recover,
-                        for_worker=True,
-                    )
-                )
+                statement = self._statement(queues, dropping)
+                rows = await self._db.run(statement(size, recover_lapsed=recover))
             finally:
                 # no await between here and _take reserving the rows: the slots never read free
                 self._asking -= size
@@ -274,6 +288,18 @@ class ClaimLoop:
             # burn-down): the teardown asks for them instead
             self.claim_cut = True
             raise
+
+    def _statement(self, queues: list[str], dropping: list[str]) -> calls.WorkerClaim:
+        """The claim statement of these queues and jobs to drop, written once and kept."""
+        key = (tuple(queues), tuple(dropping))
+        statement = self._statements.get(key)
+        if statement is None:
+            if len(self._statements) >= MAX_KEPT_STATEMENTS:
+                self._statements.clear()  # many queues met in many orders: start again
+            statement = self._statements[key] = calls.WorkerClaim(
+                queues, self._worker_id, visibility=self._visibility, drop_exhausted=dropping
+            )
+        return statement
 
     async def _take(self, rows: list[ClaimedJob], asked: float, *, full: bool) -> int:
         """Start the claimed rows (or hand them back uncounted once draining) and announce the

@@ -6,10 +6,12 @@ from __future__ import annotations
 import asyncio
 import itertools
 import time
+from datetime import timedelta
 
 import pytest
 
 import durajobs
+from durajobs._db import calls
 from durajobs.runtime import claimer
 from durajobs.runtime.worker import Worker
 from support.factory import declare
@@ -129,3 +131,28 @@ def test_rows_of_a_claim_sent_ahead_go_back_uncounted_when_the_worker_stops(
     assert len(seen) == len(set(seen))
     if stop == "stop":
         assert states.get(("done", 1), 0) == len(seen)
+
+
+def test_a_worker_claim_writes_awkward_names_as_literals_the_server_reads_back(database_url):
+    """The worker's claim carries its queues, its id and the jobs to drop as SQL literals:
+    quotes, commas, braces and backslashes in them reach the server as the same strings."""
+    queue = 'it\'s, {a} \\ "queue"'
+    worker_id = "host:'1':{w}"
+    with durajobs.Client.connect(database_url) as client:
+        client.enqueue("odd", {"n": 1}, "k-1", queue=queue)
+        client.enqueue("odd", {"n": 2}, "k-2", queue="plain")
+        statement = calls.WorkerClaim(
+            [queue],
+            worker_id,
+            visibility=timedelta(seconds=7),
+            drop_exhausted=["a,b", "it's"],
+        )
+        rows = client.run(statement(10, recover_lapsed=True))
+        assert [(row.queue, row.input) for row in rows] == [(queue, {"n": 1})]
+        assert rows[0].fence.worker_id == worker_id
+        (held,) = fetch_all(
+            database_url,
+            "select claimed_by, lease_expires_at - claimed_at from jobs.jobs where id = %s",
+            [rows[0].id],
+        )
+        assert held == (worker_id, timedelta(seconds=7))

@@ -1044,15 +1044,15 @@ def test_an_idle_pass_is_one_claim_over_every_queue(database_url):
         poll_floor=timedelta(milliseconds=10),
         idle_ceiling=timedelta(milliseconds=40),
     )
-    real_run = worker.db.run
+    # the statement a claim is sent as names its queues: noted once a claim
+    real_statement = worker._claims._statement
     claims: list[list[str]] = []
 
-    async def counting(call):
-        if call.function == "jobs.claim_v1":
-            claims.append(list(call.params["queues"]))
-        return await real_run(call)
+    def counting(queues, dropping):
+        claims.append(list(queues))
+        return real_statement(queues, dropping)
 
-    worker.db.run = counting  # type: ignore[method-assign]
+    worker._claims._statement = counting  # type: ignore[method-assign]
     with recorded("durajobs.runtime.claimer", "jobs.worker.idle") as idle:
         asyncio.run(run_until(worker, lambda: len(idle) >= 8))
     assert len(claims) == len(idle)  # one claim per idle pass, not one per queue
@@ -1315,9 +1315,8 @@ def test_a_slot_frees_when_the_body_ends_not_when_its_ack_lands(database_url):
     assert timeline.index("start b") < timeline.index("ack landed"), timeline
 
 
-def _ticks_left_by_a_dead_worker(database_url, keys):
-    """A registry whose `tick` job notes each key it runs, and rows of `keys` claimed by a worker
-    that died: their leases already lapsed. Answers (registry, ran)."""
+def _tick_registry(database_url):
+    """A registry whose `tick` job notes each key it runs. Answers (registry, ran)."""
     registry = _registry(database_url)
     ran: list[str] = []
 
@@ -1325,6 +1324,13 @@ def _ticks_left_by_a_dead_worker(database_url, keys):
     async def tick(ctx):
         ran.append(ctx.input.key)
 
+    return registry, ran
+
+
+def _ticks_left_by_a_dead_worker(database_url, keys):
+    """A registry whose `tick` job notes each key it runs, and rows of `keys` claimed by a worker
+    that died: their leases already lapsed. Answers (registry, ran)."""
+    registry, ran = _tick_registry(database_url)
     with durajobs.Client.connect(database_url) as client:
         for key in keys:
             client.enqueue("tick", {"key": key}, key)
@@ -1383,6 +1389,110 @@ def test_a_recovering_claim_that_fills_its_batch_looks_again_at_once(database_ur
     recovering = [recover for _at, recover in claims]
     # one row per claim (concurrency 1): each full batch asks again, until one comes back short
     assert recovering[:3] == [True, True, True]
+
+
+def _note_claims(worker):
+    """Note (recover_lapsed, rows answered) for each claim the worker sends."""
+    real_run = worker.db.run
+    claims: list[tuple[bool, int]] = []
+
+    async def spying(call):
+        answer = await real_run(call)
+        if call.function == "jobs.claim_v1":
+            claims.append((call.params.get("recover_lapsed", True), len(answer)))
+        return answer
+
+    worker.db.run = spying
+    return claims
+
+
+def _woken_worker(registry, database_url):
+    # polls a minute apart: every claim in the scenario follows a wake
+    return Worker(
+        registry,
+        database_url,
+        listen=True,
+        idle_ceiling=timedelta(minutes=1),
+        woken_idle_ceiling=timedelta(minutes=1),
+        poll_floor=timedelta(minutes=1),
+    )
+
+
+async def _until(condition, what):
+    for _ in range(500):
+        if condition():
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"never: {what}")
+
+
+_ENQUEUE_TICK = (
+    "select jobs.enqueue(name => 'tick', input => jsonb_build_object('key', %(key)s::text),"
+    " idempotency_key => %(key)s)"
+)
+_CLAIM_ONE = (
+    "select id from jobs.claim_v1(queues => '{default}', worker_id => %(worker)s, batch_size => 1)"
+)
+
+
+def test_a_pickup_leaves_the_lapsed_lease_scan_to_the_claim_after_it(database_url):
+    """The scan for lapsed leases steps over every dead entry of the lease index (milliseconds
+    on a busy table): the claim that picks up a woken job never carries it, the one sent right
+    after it does, and a lapsed lease is still re-taken there."""
+    registry, ran = _tick_registry(database_url)
+    worker = _woken_worker(registry, database_url)
+    claims = _note_claims(worker)
+
+    async def scenario():
+        runner = asyncio.ensure_future(worker.run())
+        await _until(lambda: worker._wake is not None and worker._wake.proven, "a proven wake")
+        await _until(lambda: claims, "the first claim")
+        await asyncio.sleep(1.1)  # the scan is due again
+        before = len(claims)
+        # one transaction, so one wake: a dead worker's row whose lease lapsed, and a new job
+        with psycopg.connect(database_url) as connection:
+            connection.execute(_ENQUEUE_TICK, {"key": "lapsed"})
+            connection.execute(_CLAIM_ONE, {"worker": "a-worker-that-died"})
+            connection.execute(
+                "update jobs.jobs_live set lease_expires_at = now() - interval '1 second'"
+                " where state = 'running'"
+            )
+            connection.execute(_ENQUEUE_TICK, {"key": "woken"})
+        await _until(lambda: len(ran) == 2, "both rows run")
+        worker.stop()
+        await runner
+        return claims[before:]
+
+    after_wake = asyncio.run(scenario())
+    assert ran == ["woken", "lapsed"]
+    assert after_wake[:2] == [(False, 1), (True, 1)], after_wake
+
+
+def test_a_pickup_that_finds_nothing_sends_the_scan_it_skipped(database_url):
+    """A wake whose job another worker took leaves nothing to follow the pickup: the scan it
+    skipped goes out at once in a claim of its own, not at the next poll a minute later."""
+    registry, ran = _tick_registry(database_url)
+    worker = _woken_worker(registry, database_url)
+    claims = _note_claims(worker)
+
+    async def scenario():
+        runner = asyncio.ensure_future(worker.run())
+        await _until(lambda: worker._wake is not None and worker._wake.proven, "a proven wake")
+        await _until(lambda: claims, "the first claim")
+        await asyncio.sleep(1.1)
+        before = len(claims)
+        # taken in the enqueue's own transaction: the woken worker finds nothing
+        with psycopg.connect(database_url) as connection:
+            connection.execute(_ENQUEUE_TICK, {"key": "taken"})
+            connection.execute(_CLAIM_ONE, {"worker": "another-worker"})
+        await _until(lambda: len(claims) >= before + 2, "two claims after the wake")
+        worker.stop()
+        await runner
+        return claims[before:]
+
+    after_wake = asyncio.run(scenario())
+    assert ran == []
+    assert after_wake[:2] == [(False, 0), (True, 0)], after_wake
 
 
 def test_cancelling_the_worker_task_drains_like_sigterm(database_url):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import ClassVar
 from uuid import UUID, uuid4
 
@@ -28,7 +28,11 @@ def test_the_claimant_is_not_a_column():
 
 
 def test_a_worker_s_claim_leaves_out_the_display_columns_and_keeps_its_fence():
-    call = calls.claim(["default"], "w-7", for_worker=True)
+    claim = calls.WorkerClaim(
+        ["default"], "w-7", visibility=timedelta(seconds=30), drop_exhausted=[]
+    )
+    call = claim(500, recover_lapsed=False)
+    assert call.params == {"batch_size": 500, "recover_lapsed": False}
     selected = call.sql.split(" from ")[0]
     assert "has_steps" in selected
     assert not [column for column in ClaimedJob.DISPLAY if column in selected]
