@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import signal
 import threading
 import time
 from datetime import timedelta
@@ -1493,6 +1494,53 @@ def test_a_pickup_that_finds_nothing_sends_the_scan_it_skipped(database_url):
     after_wake = asyncio.run(scenario())
     assert ran == []
     assert after_wake[:2] == [(False, 0), (True, 0)], after_wake
+
+
+def test_a_pickup_that_fills_the_worker_never_spins_the_claim_loop(database_url):
+    """A pickup that owed a scan and filled the worker: the passes after it find no room for
+    the queue (its slot is held until the ack is answered) and claim nothing. Each must still
+    yield to the loop, or the ack is never answered and the loop spins for ever (a first
+    version of the pickup rule did, and a worker of the limits suite ran at 100 % CPU)."""
+    registry, ran = _tick_registry(database_url)
+    worker = Worker(
+        registry,
+        database_url,
+        concurrency=1,
+        listen=True,
+        idle_ceiling=timedelta(minutes=1),
+        woken_idle_ceiling=timedelta(minutes=1),
+        poll_floor=timedelta(minutes=1),
+    )
+    claims = _note_claims(worker)
+
+    class Spun(BaseException):
+        """Not an Exception: the claim loop logs and survives those."""
+
+    def spinning(_signal, _frame):
+        raise Spun
+
+    async def scenario():
+        runner = asyncio.ensure_future(worker.run())
+        await _until(lambda: worker._wake is not None and worker._wake.proven, "a proven wake")
+        await _until(lambda: claims, "the first claim")
+        await asyncio.sleep(1.1)  # the scan is due again: the pickup skips it and owes it
+        with psycopg.connect(database_url) as connection:
+            for key in ("a", "b", "c"):
+                connection.execute(_ENQUEUE_TICK, {"key": key})
+        await _until(lambda: len(ran) == 3, "three runs, one slot")
+        worker.stop()
+        await runner
+
+    previous = signal.signal(signal.SIGALRM, spinning)
+    signal.alarm(20)  # a spinning loop runs no coroutine: only a signal can end the test
+    try:
+        asyncio.run(scenario())
+    except Spun:
+        pytest.fail("the claim loop never yielded: the worker spun")
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+    assert sorted(ran) == ["a", "b", "c"]
 
 
 def test_cancelling_the_worker_task_drains_like_sigterm(database_url):
