@@ -133,3 +133,41 @@ def test_a_worker_works_again_at_once_after_bursts_of_terminated_backends(databa
     assert marker < 2.0, f"the worker took {marker:.2f} s after the bursts to run a new job"
     rerun = {n for n, at in runs if at > ended and n in finished}
     assert rerun == set(), f"jobs done before the bursts ended ran again: {sorted(rerun)[:10]}"
+
+
+def test_a_connection_back_from_a_call_moments_ago_is_trusted_without_a_round_trip(
+    database_url, monkeypatch
+):
+    """Within CHECK_AFTER_IDLE_SECONDS of its last call, a connection runs the next call with no
+    empty query first; past it (here: at once), every call is checked."""
+    # a window shorter than the five calls take: each is trusted for its last call's return,
+    # not for the pool's opening
+    monkeypatch.setattr(database, "CHECK_AFTER_IDLE_SECONDS", 0.3)
+    checks: list[str] = []
+    real_execute = psycopg.AsyncConnection.execute
+
+    async def counting(self, query, *args, **kwargs):
+        if query == "":
+            checks.append("check")
+        return await real_execute(self, query, *args, **kwargs)
+
+    monkeypatch.setattr(psycopg.AsyncConnection, "execute", counting)
+
+    async def five_calls() -> list[int]:
+        db = AsyncDatabase(database_url, min_size=1, max_size=1)
+        await db.open()
+        try:
+            answers = []
+            for _ in range(5):
+                await asyncio.sleep(0.15)
+                answers.append(await db.run(calls.version()))
+            return answers
+        finally:
+            await db.close()
+
+    assert asyncio.run(five_calls()) == [SCHEMA_VERSION] * 5
+    assert checks == [], "a connection that just answered was checked again"
+
+    monkeypatch.setattr(database, "CHECK_AFTER_IDLE_SECONDS", 0.0)
+    assert asyncio.run(five_calls()) == [SCHEMA_VERSION] * 5
+    assert len(checks) == 5
