@@ -1,4 +1,5 @@
-"""The floor under the durajobs worker, measured as a system (bench/CONTRACT.md, burn-down only).
+"""The floor under the durajobs worker, measured as a system (bench/CONTRACT.md): the burn-down,
+and the steady state beside durajobs' own producer.
 
 The loop of ../shared/probe/pyceiling.py's dj-pipe mode on durajobs' own functions: claim a
 batch with jobs.claim_v1 (no lapsed recovery), await one no-op `async def` per row, ack the
@@ -65,7 +66,7 @@ def work(url: str, count: int) -> None:
 
 
 def _unsupported(*_: Any) -> None:
-    raise SystemExit("durajobs-floor takes part in the burn-down only")
+    raise SystemExit("durajobs-floor takes part in the burn-down and the steady state only")
 
 
 if __name__ == "__main__":
@@ -75,7 +76,8 @@ if __name__ == "__main__":
             durajobs_system.enqueue,
             work,
             _unsupported,
-            _unsupported,
+            # the steady state's producer is durajobs' own: the floor is held to the same load
+            durajobs_system.produce,
             _unsupported,
         ),
         __doc__,
