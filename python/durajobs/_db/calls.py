@@ -192,12 +192,7 @@ def claim(
 ) -> Call[list[ClaimedJob]]:
     """`jobs.claim_v1`; `recover_lapsed=False` skips the burial and re-take of lapsed leases.
     A worker sends `WorkerClaim` instead."""
-    if not queues:
-        # refused before SQL, as the function would refuse it
-        raise ClaimQueuesEmpty(
-            "claim: queues is empty, so no job could ever be claimed",
-            detail={"argument": "queues"},
-        )
+    _require_queues(queues)
     arguments = {
         "queues": list(queues),
         "worker_id": worker_id,
@@ -212,6 +207,15 @@ def claim(
         return [ClaimedJob.from_row(row, worker_id) for row in rows]
 
     return _call("jobs.claim_v1", ClaimedJob.COLUMNS, arguments, decode)
+
+
+def _require_queues(queues: Sequence[str]) -> None:
+    """Refuse an empty list of queues before SQL, as `jobs.claim_v1` would refuse it."""
+    if not queues:
+        raise ClaimQueuesEmpty(
+            "claim: queues is empty, so no job could ever be claimed",
+            detail={"argument": "queues"},
+        )
 
 
 # what a worker's claim reads: every column but those it never shows (ClaimedJob.DISPLAY)
@@ -236,11 +240,7 @@ class WorkerClaim:
         visibility: timedelta,
         drop_exhausted: Sequence[str],
     ) -> None:
-        if not queues:
-            raise ClaimQueuesEmpty(
-                "claim: queues is empty, so no job could ever be claimed",
-                detail={"argument": "queues"},
-            )
+        _require_queues(queues)
         fixed = {
             "queues": list(queues),
             "worker_id": worker_id,

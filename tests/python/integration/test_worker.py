@@ -1427,6 +1427,16 @@ async def _until(condition, what):
     raise AssertionError(f"never: {what}")
 
 
+async def _started_and_scan_due(worker, claims):
+    """Run `worker` until its wake is proven and its first claim sent, then past the second it
+    takes for the lapsed-lease scan to be due again; answers the running task."""
+    runner = asyncio.ensure_future(worker.run())
+    await _until(lambda: worker._wake is not None and worker._wake.proven, "a proven wake")
+    await _until(lambda: claims, "the first claim")
+    await asyncio.sleep(1.1)
+    return runner
+
+
 _ENQUEUE_TICK = (
     "select jobs.enqueue(name => 'tick', input => jsonb_build_object('key', %(key)s::text),"
     " idempotency_key => %(key)s)"
@@ -1445,10 +1455,7 @@ def test_a_pickup_leaves_the_lapsed_lease_scan_to_the_claim_after_it(database_ur
     claims = _note_claims(worker)
 
     async def scenario():
-        runner = asyncio.ensure_future(worker.run())
-        await _until(lambda: worker._wake is not None and worker._wake.proven, "a proven wake")
-        await _until(lambda: claims, "the first claim")
-        await asyncio.sleep(1.1)  # the scan is due again
+        runner = await _started_and_scan_due(worker, claims)
         before = len(claims)
         # one transaction, so one wake: a dead worker's row whose lease lapsed, and a new job
         with psycopg.connect(database_url) as connection:
@@ -1477,10 +1484,7 @@ def test_a_pickup_that_finds_nothing_sends_the_scan_it_skipped(database_url):
     claims = _note_claims(worker)
 
     async def scenario():
-        runner = asyncio.ensure_future(worker.run())
-        await _until(lambda: worker._wake is not None and worker._wake.proven, "a proven wake")
-        await _until(lambda: claims, "the first claim")
-        await asyncio.sleep(1.1)
+        runner = await _started_and_scan_due(worker, claims)
         before = len(claims)
         # taken in the enqueue's own transaction: the woken worker finds nothing
         with psycopg.connect(database_url) as connection:
@@ -1520,10 +1524,8 @@ def test_a_pickup_that_fills_the_worker_never_spins_the_claim_loop(database_url)
         raise Spun
 
     async def scenario():
-        runner = asyncio.ensure_future(worker.run())
-        await _until(lambda: worker._wake is not None and worker._wake.proven, "a proven wake")
-        await _until(lambda: claims, "the first claim")
-        await asyncio.sleep(1.1)  # the scan is due again: the pickup skips it and owes it
+        # the pickup skips the scan that is due and owes it
+        runner = await _started_and_scan_due(worker, claims)
         with psycopg.connect(database_url) as connection:
             for key in ("a", "b", "c"):
                 connection.execute(_ENQUEUE_TICK, {"key": key})
