@@ -91,8 +91,16 @@ def _array(values: Iterable[UUID | int | None]) -> str:
     """A uuid[] or bigint[] argument as one array literal, for Postgres to cast: psycopg's list
     dumper spends about 10 us an element, which at 500 acks a statement was a tenth of a busy
     worker's CPU. Only for UUIDs and integers, whose text needs no quoting; None is NULL, so the
-    function still refuses it with its own error."""
-    return "{" + ",".join("NULL" if value is None else str(value) for value in values) + "}"
+    function still refuses it with its own error. A UUID goes as its 32 hex digits, which
+    Postgres reads as well as the hyphenated form and Python writes in a quarter of the time."""
+    return (
+        "{"
+        + ",".join(
+            "NULL" if value is None else value.hex if type(value) is UUID else str(value)
+            for value in values
+        )
+        + "}"
+    )
 
 
 def _one(from_row: Callable[[Row], T]) -> Callable[[Sequence[Row]], T]:

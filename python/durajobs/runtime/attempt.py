@@ -302,15 +302,6 @@ class BodyEnding:
     suspension: StepSuspension | None = None
 
 
-# what a handler returns that can never be awaitable: asked first, as inspect.isawaitable asks
-# an ABC, which costs more than the rest of a clean ending's checks
-_PLAIN = (type(None), str, int, float, bool, dict, list, tuple)
-
-
-def _awaitable(value: object) -> bool:
-    return type(value) not in _PLAIN and inspect.isawaitable(value)
-
-
 class Body:
     """A started handler: its future, and how to wait for it under the attempt's signal."""
 
@@ -327,13 +318,9 @@ class Body:
         self._refused = refused  # the body never started (its input did not parse)
         self._on_late = on_late
 
-    def returned_value(self) -> bool:
-        """The body, ended cleanly, returned something other than None."""
-        future = self.future
-        return future is not None and future.result() is not None
-
-    def ended_cleanly(self) -> bool:
-        """The body returned a plain value and nothing stopped it: the common case."""
+    def returned_none(self) -> bool:
+        """The body returned None and nothing stopped it: the common case, acked with no result
+        to store."""
         future = self.future
         return (
             future is not None
@@ -341,7 +328,7 @@ class Body:
             and not future.cancelled()
             and future.exception() is None
             and self.signal.reason is None
-            and not _awaitable(future.result())
+            and future.result() is None
         )
 
     async def ending(
@@ -418,7 +405,10 @@ class Attempt:
         lease: Lease,
         settler: Settler | None = None,
         on_abandoned: Callable[[JobExecution], None] | None = None,
+        loop: asyncio.AbstractEventLoop | None = None,
     ) -> None:
+        """`loop`: the running loop, when the caller has it at hand (asking asyncio for it is a
+        getpid system call)."""
         self.began = time.monotonic()
         self.claimed = claimed
         self.job = registry.get(claimed.name)
@@ -426,7 +416,7 @@ class Attempt:
         self.lease = lease
         self._db = db
         self._on_abandoned = on_abandoned
-        self._loop = asyncio.get_running_loop()
+        self._loop = asyncio.get_running_loop() if loop is None else loop
         # made on first use: most attempts never report progress or take a step
         self._reporter: ProgressReporter | None = None
         self._batch = settler
@@ -622,9 +612,8 @@ class Attempt:
             or job.on_settled is not None
             or not (self._reporter is None or self._reporter.idle)
             or self._batch is None
-            or not body.ended_cleanly()
             # a value to store takes the acks that carry results (conclude)
-            or body.returned_value()
+            or not body.returned_none()
         ):
             return False
         self._stop_deadline()

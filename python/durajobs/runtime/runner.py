@@ -62,13 +62,14 @@ class _Held:
         signal: CancelSignal,
         lease: HeldLease,
         attempt: Attempt,
+        loop: asyncio.AbstractEventLoop,
     ) -> None:
         self.runner = runner
         self.row = row
         self.signal = signal
         self.lease = lease
         self.attempt = attempt
-        self.loop = asyncio.get_running_loop()
+        self.loop = loop
         self.body: Body | None = None
         self.task: asyncio.Task[None] | None = None  # the task concluding it, if any
         self.released = False  # its slot given back
@@ -145,19 +146,29 @@ class AttemptRunner:
 
     def start_all(self, rows: list[ClaimedJob], asked: float) -> None:
         """Start claimed rows; `asked` is when their claim was sent (their leases run from it)."""
-        # asked once a batch: whether an attempt gets a span of its own
+        # asked once a batch: whether an attempt gets a span of its own, and the loop (asking
+        # asyncio for it is a system call)
         traced = spans_active()
+        loop = asyncio.get_running_loop()
         for row in rows:
-            self.start(row, asked, traced=traced)
+            self.start(row, asked, traced=traced, loop=loop)
 
-    def start(self, row: ClaimedJob, asked: float, *, traced: bool) -> None:
+    def start(
+        self, row: ClaimedJob, asked: float, *, traced: bool, loop: asyncio.AbstractEventLoop
+    ) -> None:
         """Start one claimed row; `traced`: whether an attempt gets a span of its own."""
         signal = CancelSignal()
         lease = self._leases.hold(row, signal, since=asked, limited=row.name in self._limited)
         attempt = Attempt(
-            row, self._registry, db=self._db, signal=signal, lease=lease, settler=self._settler
+            row,
+            self._registry,
+            db=self._db,
+            signal=signal,
+            lease=lease,
+            settler=self._settler,
+            loop=loop,
         )
-        held = _Held(self, row, signal, lease, attempt)
+        held = _Held(self, row, signal, lease, attempt, loop)
         self.running[held] = None
         self.taken += 1
         self.per_queue[row.queue] += 1
