@@ -44,7 +44,7 @@ SYSTEMS: dict[str, System] = {
         _python("durajobs_floor_system.py"),
         "select count(*) from jobs.jobs where state in ('ready', 'delayed', 'running')",
         "jobs",
-        measures=frozenset({"burn", "steady"}),
+        measures=frozenset({"burn", "steady", "latency"}),
     ),
     "pgqueuer": System(
         "pgqueuer",

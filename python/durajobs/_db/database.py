@@ -100,12 +100,22 @@ class AsyncDatabase:
         """Run `call` on a live pooled connection. Dead ones met on the way are dropped at once
         (a Postgres restart or terminated backends leave a pool of them); after as many as the
         pool holds, the pool has opened fresh ones, and the last try takes one unchecked."""
+        # getconn and putconn, not pool.connection(): its `async with connection` commits on
+        # the way out, which on an autocommit connection does nothing but take the
+        # connection's lock, and a worker's pickup waits on every step between its wake and
+        # its claim
         for _ in range(self._sizes[1]):
-            async with self.pool.connection() as connection:
+            connection = await self.pool.getconn()
+            try:
                 if await self._alive(connection):
                     return await self._run_on(connection, call)
-        async with self.pool.connection() as connection:
+            finally:
+                await self.pool.putconn(connection)
+        connection = await self.pool.getconn()
+        try:
             return await self._run_on(connection, call)
+        finally:
+            await self.pool.putconn(connection)
 
     async def _run_on(self, connection: psycopg.AsyncConnection[Any], call: Call[T]) -> T:
         try:

@@ -266,14 +266,16 @@ class ClaimLoop:
             # spoken for while on the wire: a multi-queue claim may take all of them from any
             # one of its queues
             self._asking += size
-            self._asking_by_queue.update(dict.fromkeys(queues, size))
+            for queue in queues:
+                self._asking_by_queue[queue] += size
             try:
                 statement = self._statement(queues, dropping)
                 rows = await self._db.run(statement(size, recover_lapsed=recover))
             finally:
                 # no await between here and _take reserving the rows: the slots never read free
                 self._asking -= size
-                self._asking_by_queue.subtract(dict.fromkeys(queues, size))
+                for queue in queues:
+                    self._asking_by_queue[queue] -= size
             # the queue ran dry: a moment to look at the dead entries every claim steps over
             self._upkeep.observe(size, len(rows))
             # a full batch or a burial may have left lapsed rows behind: look again next claim
@@ -318,12 +320,12 @@ class ClaimLoop:
                         "jobs.settle.failed", extra={"id": str(row.id), "error": str(failure)}
                     )
             claimed = []
-        if claimed:
+        # a partial batch emptied the queue: a pickup starts its row at once
+        if claimed and full and self._ahead is None:
             reserved = Counter(row.queue for row in claimed)
             self._reserved += reserved
             try:
-                # a partial batch emptied the queue: a pickup starts its row at once
-                if full and self._ahead is None and self.room() > 0:
+                if self.room() > 0:
                     # the database works on the next claim while this process starts these
                     # rows: sent first, it reaches the wire before they take the loop
                     self._ahead = asyncio.get_running_loop().create_task(self._pass())

@@ -91,6 +91,7 @@ class LeaseRenewer:
         self._held: dict[HeldLease, None] = {}
         self._changed: asyncio.Event | None = None
         self._task: asyncio.Task[None] | None = None
+        self._idle_round = False  # a lease arrived while nothing was held: batch_held wakes
         self.spawn: Spawn = spawn_loose  # the worker's supervisor once it runs
 
     def hold(
@@ -99,12 +100,22 @@ class LeaseRenewer:
         """Start keeping the lease of a claimed attempt."""
         lease = HeldLease(self, claimed, signal, since, limited)
         self._held[lease] = None
+        if len(self._held) == 1:
+            self._idle_round = True  # its next due time starts from this one: see batch_held
+        return lease
+
+    def batch_held(self) -> None:
+        """The leases of a claimed batch are held: start the renewal rounds, or wake a round
+        that waited with nothing held. Called once the batch's bodies are started, so that a
+        pickup's body runs before the renewer works out when its next round is due."""
+        if not self._idle_round:
+            return
+        self._idle_round = False
         if self._task is None:
             self._changed = asyncio.Event()
             self._task = self.spawn("lease renewal", self._keep())
-        elif len(self._held) == 1 and self._changed is not None:
-            self._changed.set()  # the round was idle: its next due time starts from this one
-        return lease
+        elif self._changed is not None:
+            self._changed.set()
 
     def forget(self, lease: HeldLease) -> None:
         self._held.pop(lease, None)

@@ -152,6 +152,7 @@ class AttemptRunner:
         loop = asyncio.get_running_loop()
         for row in rows:
             self.start(row, asked, traced=traced, loop=loop)
+        self._leases.batch_held()
 
     def start(
         self, row: ClaimedJob, asked: float, *, traced: bool, loop: asyncio.AbstractEventLoop

@@ -133,3 +133,8 @@ class QueueWake:
                 self._on_wake(notice.payload)
             elif notice.payload in self._tokens:
                 self._on_wake(self._tokens[notice.payload])
+            else:
+                continue
+            # what was woken runs first: going back to the socket for the next notification
+            # (registering a reader, a system call or two) would otherwise come before it
+            await asyncio.sleep(0)

@@ -274,6 +274,56 @@ def test_heartbeats_keep_a_job_longer_than_its_lease(database_url, caplog):
     assert not [r for r in caplog.records if r.getMessage() == "jobs.lease.lost"]
 
 
+def test_a_lease_taken_after_an_idle_spell_is_renewed(database_url, caplog):
+    """The renewer waits with nothing to renew once every lease it held is settled; the first
+    lease held after that wakes it, or the second job's lease would run out while it runs."""
+    registry = _registry(database_url)
+    started: list[str] = []
+    done: list[str] = []
+
+    @declare(registry, "spell", input=TimedItem)
+    async def spell(ctx):
+        started.append(ctx.input.key)
+        await asyncio.sleep(1.5)
+        done.append(ctx.input.key)
+
+    first = spell.enqueue({"key": "first"})
+    worker = Worker(registry, database_url, listen=False, visibility=timedelta(milliseconds=600))
+    ids: list[object] = [first.id]
+    held: list[object] = []
+
+    async def scenario() -> None:
+        runner = asyncio.ensure_future(worker.run())
+        try:
+            await eventually(lambda: done == ["first"], what="the first job done", timeout=20)
+            await asyncio.sleep(0.3)  # the renewer has nothing held now
+            second = await asyncio.to_thread(spell.enqueue, {"key": "second"})
+            ids.append(second.id)
+            await eventually(lambda: len(started) == 2, what="the second job started", timeout=20)
+            await asyncio.sleep(1.0)  # past the window of the lease its claim gave it
+            held.extend(
+                await asyncio.to_thread(
+                    fetch_all,
+                    database_url,
+                    "select state, lease_expires_at > now() from jobs.jobs where id = %s",
+                    [second.id],
+                )
+            )
+            await eventually(lambda: len(done) == 2, what="the second job done", timeout=20)
+        finally:
+            worker.stop()
+            await runner
+
+    with caplog.at_level(logging.INFO, logger="durajobs"):
+        asyncio.run(scenario())
+    assert held == [("running", True)], "the second job's lease was renewed while it ran"
+    for id in ids:
+        assert fetch_all(
+            database_url, "select state, attempt, claims from jobs.jobs where id = %s", [id]
+        ) == [("done", 1, 1)]
+    assert not [r for r in caplog.records if r.getMessage() == "jobs.lease.lost"]
+
+
 def test_the_leases_a_worker_holds_are_renewed_together(database_url):
     """One renewal statement a round for every held attempt, each fenced on its own claim: the
     five rows' leases carry one statement's clock."""
