@@ -1425,7 +1425,9 @@ def test_a_worker_seeks_lapsed_leases_once_a_second_and_still_re_takes_them(data
     seeking = [at for at, recover in claims if recover]
     assert len(claims) > 40, "an idle worker polling every 10 ms claims often"
     assert 2 <= len(seeking) <= 4
-    assert all(later - earlier >= 1.0 for earlier, later in itertools.pairwise(seeking))
+    # the loop spaces its scans by the moment each claim was sized; the spy notes them a little
+    # later, by a few milliseconds that differ from claim to claim
+    assert all(later - earlier >= 0.98 for earlier, later in itertools.pairwise(seeking))
 
 
 def test_a_recovering_claim_that_fills_its_batch_looks_again_at_once(database_url):
