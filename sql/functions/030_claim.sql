@@ -626,9 +626,9 @@ as $$
 declare
   v_now timestamptz := jobs._now();
   v_queues text[];
-  v_taken integer;
+  v_queue text;
+  v_taken integer := 0;
   v_room integer;
-  v_blank boolean;
   v_limited boolean;
   v_setting text;
   v_marks jsonb;
@@ -642,54 +642,140 @@ declare
   v_taken_p integer[];
   v_taken_r timestamptz[];
 begin
+  -- An idle worker's pickup waits on every expression here: each one costs a few microseconds
+  -- on a backend that slept, so the checks are one test each on the way every claim takes, and
+  -- which argument failed (in the order the errors are documented) is worked out only after.
   -- the caller's kind, inline: a call of jobs._require costs a hot call more than the test
   if not (pg_has_role(coalesce(nullif(current_setting('role'), 'none'), session_user)::name,
-                     jobs._role_name('worker'), 'usage')) then
-    perform jobs._denied(array['worker'], 'jobs.claim_v1');
-  end if;
-  if jobs._any_binding() then
+                      jobs._role_name('worker'), 'usage'))
+     or jobs._any_binding() then
+    if not (pg_has_role(coalesce(nullif(current_setting('role'), 'none'), session_user)::name,
+                        jobs._role_name('worker'), 'usage')) then
+      perform jobs._denied(array['worker'], 'jobs.claim_v1');
+    end if;
     perform jobs._refuse_bound('jobs.claim_v1');
   end if;
-  if queues is null or cardinality(queues) = 0 or array_ndims(queues) <> 1
-     or cardinality(queues) > 1000 then
-    perform jobs._raise(
-      'X_JOB_CLAIM_QUEUES_EMPTY',
-      'jobs.claim_v1: queues must be a one-dimensional array of 1 to 1000 queue names',
-      jsonb_build_object('function', 'jobs.claim_v1', 'argument', 'queues'));
+  if queues is null or cardinality(queues) not between 1 and 1000 or array_ndims(queues) <> 1
+     or worker_id is null or worker_id !~ '[^[:space:]]' or length(worker_id) > 200
+     or batch_size is null or batch_size not between 1 and 1000
+     or visibility is null or visibility <= interval '0' or visibility > interval '1 day'
+     or drop_exhausted is null or recover_lapsed is null then
+    if queues is null or cardinality(queues) not between 1 and 1000
+       or array_ndims(queues) <> 1 then
+      perform jobs._raise(
+        'X_JOB_CLAIM_QUEUES_EMPTY',
+        'jobs.claim_v1: queues must be a one-dimensional array of 1 to 1000 queue names',
+        jsonb_build_object('function', 'jobs.claim_v1', 'argument', 'queues'));
+    end if;
+    perform jobs._check_labels('jobs.claim_v1', 'queues', claim_v1.queues);
+    perform jobs._check_label('jobs.claim_v1', 'worker_id', claim_v1.worker_id);
+    if batch_size is null or batch_size not between 1 and 1000 then
+      perform jobs._invalid('jobs.claim_v1', 'batch_size', 'must be an integer from 1 to 1000');
+    end if;
+    if visibility is null or visibility <= interval '0' or visibility > interval '1 day' then
+      perform jobs._invalid('jobs.claim_v1', 'visibility',
+                            'must be a positive interval of at most 1 day');
+    end if;
+    if drop_exhausted is null then
+      perform jobs._invalid('jobs.claim_v1', 'drop_exhausted',
+                            'must be an array (empty for none)');
+    end if;
+    perform jobs._invalid('jobs.claim_v1', 'recover_lapsed', 'must be true or false');
   end if;
-  -- one statement for what every claim must know first: the queues not paused (a pause is a
-  -- row, read here, so it takes effect at every worker's next claim), a blank name among them,
-  -- and whether any limit exists
+  foreach v_queue in array queues loop
+    if v_queue is null or v_queue !~ '[^[:space:]]' or length(v_queue) > 200 then
+      perform jobs._check_labels('jobs.claim_v1', 'queues', claim_v1.queues);
+    end if;
+  end loop;
+
+  -- The claim of one queue that needs nothing but its waiting rows (no scan for lapsed leases,
+  -- no claim marks in this session) is one statement: the checks every claim must make (the
+  -- queue not paused, no limit standing) are gates of that statement, read before its scan.
+  -- An idle worker's pickup waits on it: run as the general claim below, it cost about 0.1 ms
+  -- more on a backend that slept.
+  v_setting := coalesce(current_setting('jobs.claim_marks', true), '');
+  if not recover_lapsed and cardinality(queues) = 1 and v_setting = '' then
+    v_walked := pg_stat_get_xact_tuples_returned('jobs.jobs_claim_idx'::regclass);
+    return query
+      with chosen as materialized (
+        select j.id
+          from jobs.jobs_live j
+         where j.queue = claim_v1.queues[1]
+           and j.capped = false
+           and j.state in ('ready', 'delayed', 'suspended')
+           and j.run_at <= v_now
+           -- a pause is a row, read here, so it takes effect at every worker's next claim
+           and not exists (select 1 from jobs.queue_pauses p where p.queue = claim_v1.queues[1])
+           and not exists (select 1 from jobs.declarations d where d.concurrency is not null)
+           and not exists (select 1 from jobs.limit_rules)
+         order by j.priority, j.run_at, j.id
+         limit claim_v1.batch_size
+           for update skip locked
+      ),
+      claimed as (
+        -- by primary key
+        update jobs.jobs_live j
+           set state = 'running',
+               claimed_by = claim_v1.worker_id,
+               claimed_at = v_now,
+               lease_expires_at = v_now + claim_v1.visibility,
+               claims = j.claims + 1,
+               attempt = j.attempt + 1,
+               updated_at = v_now
+         where j.id = any(array(select chosen.id from chosen))
+        returning j.id, j.run_id, j.name, j.queue, j.input, j.tenant_id, j.state, j.attempt,
+                  j.max_attempts, j.claims, j.priority, j.run_at, j.created_at,
+                  j.lease_expires_at, j.last_error, j.traceparent, j.enqueued_by
+      )
+      select c.id, c.run_id, c.name, c.queue, c.input, c.tenant_id, c.state, c.attempt,
+             c.max_attempts, c.claims, c.priority, c.run_at, c.created_at, c.lease_expires_at,
+             c.last_error, c.traceparent, c.enqueued_by,
+             -- as in the hand-out of the general claim below
+             c.attempt > 1
+               or (select true from jobs.steps s where s.run_id = c.run_id
+                    order by s.run_id, s.name limit 1) is not null
+        from claimed c
+       order by c.priority, c.run_at, c.id;
+    get diagnostics v_taken = row_count;
+    -- a read from the head that walked past the limit keeps marks, as the general claim does
+    -- (031_claim_marks). The keys handed out are read back as the row versions this
+    -- transaction wrote (none when it wrote none; inside a savepoint they carry the
+    -- subtransaction's id, and the marks then start at the head, which costs only a walk)
+    if pg_stat_get_xact_tuples_returned('jobs.jobs_claim_idx'::regclass) - v_walked - v_taken
+         > jobs._claim_walk_limit() then
+      select array_agg(t.queue), array_agg(t.priority), array_agg(t.run_at), array_agg(t.id)
+        into v_taken_q, v_taken_p, v_taken_r, v_ids
+        from (
+          select j.queue, j.priority, j.run_at, j.id
+            from jobs.jobs_live j
+           where j.state = 'running'
+             and j.lease_expires_at = v_now + claim_v1.visibility
+             and j.claimed_by = claim_v1.worker_id
+             and j.xmin = pg_current_xact_id_if_assigned()::xid
+           order by j.priority, j.run_at, j.id
+        ) t;
+      perform jobs._claim_marks_keep(null, claim_v1.queues, true,
+                                     clock_timestamp() + jobs._claim_rescan(),
+                                     v_taken_q, v_taken_p, v_taken_r, v_ids);
+    end if;
+    if v_taken > 0
+       or not (exists (select 1 from jobs.declarations d where d.concurrency is not null)
+               or exists (select 1 from jobs.limit_rules)) then
+      return;
+    end if;
+    -- nothing handed out while a limit stands: the general claim hands out under it
+  end if;
+  -- the general claim: first the queues not paused (a pause is a row, read here, so it takes
+  -- effect at every worker's next claim) and whether any limit exists
   select coalesce(array_agg(distinct q.name)
                     filter (where not exists (select 1
                                                 from jobs.queue_pauses p
                                                where p.queue = q.name)),
                   '{}'),
-         coalesce(bool_or(q.name is null or q.name !~ '[^[:space:]]' or length(q.name) > 200),
-                  false),
          exists (select 1 from jobs.declarations d where d.concurrency is not null)
            or exists (select 1 from jobs.limit_rules)
-    into v_queues, v_blank, v_limited
+    into v_queues, v_limited
     from unnest(claim_v1.queues) as q(name);
-  if v_blank then
-    perform jobs._check_labels('jobs.claim_v1', 'queues', claim_v1.queues);
-  end if;
-  if worker_id is null or worker_id !~ '[^[:space:]]' or length(worker_id) > 200 then
-    perform jobs._check_label('jobs.claim_v1', 'worker_id', claim_v1.worker_id);
-  end if;
-  if batch_size is null or batch_size not between 1 and 1000 then
-    perform jobs._invalid('jobs.claim_v1', 'batch_size', 'must be an integer from 1 to 1000');
-  end if;
-  if visibility is null or visibility <= interval '0' or visibility > interval '1 day' then
-    perform jobs._invalid('jobs.claim_v1', 'visibility',
-                          'must be a positive interval of at most 1 day');
-  end if;
-  if drop_exhausted is null then
-    perform jobs._invalid('jobs.claim_v1', 'drop_exhausted', 'must be an array (empty for none)');
-  end if;
-  if recover_lapsed is null then
-    perform jobs._invalid('jobs.claim_v1', 'recover_lapsed', 'must be true or false');
-  end if;
 
   if cardinality(v_queues) = 0 then
     return;

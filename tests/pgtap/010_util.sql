@@ -1,10 +1,10 @@
 -- 010_util: the clock, ids, vocabularies, the error registry and the schema version.
 begin;
 \ir fixtures/factory.sql
-select plan(36);
+select plan(42);
 
 -- jobs.version: the installed schema version is the newest revision's number
-select is(jobs.version(), 20, 'jobs.version() answers 20, the results and children revision');
+select is(jobs.version(), 21, 'jobs.version() answers 21, the idle claim revision');
 
 -- jobs._now honours durajobs.now, and follows it when it changes mid-transaction
 set local durajobs.now = '2026-01-01 00:00:00+00';
@@ -37,6 +37,24 @@ select throws_ok($$ select jobs.use_test_clock(null) $$, 'JQ001', null,
 select is(jobs.use_test_clock(), true, 'the owner switches it on again');
 select is(jobs._now(), '2000-01-01 00:00:00+00'::timestamptz, 'and the pinned clock is read');
 set local durajobs.now = '';
+
+-- jobs._now is inlined into its callers (no set clause) and its body is bound when it is made
+-- (begin atomic): a caller's search_path with a now() of its own first moves neither form
+create schema jobs_test_shadow;
+create function jobs_test_shadow.now() returns timestamptz language sql
+  as $$ select '1999-01-01 00:00:00+00'::timestamptz $$;
+set local search_path = jobs_test_shadow, pg_catalog, public;
+select is(jobs._now(), pg_catalog.now(), 'a shadowing now() on the search_path moves no test clock');
+select is(jobs.use_test_clock(false), false, 'the owner switches the test clock off again');
+select is(jobs._now(), pg_catalog.now(), 'nor the plain clock');
+select is((select array[p.proconfig is null, p.prosqlbody is not null]
+             from pg_proc p where p.oid = 'jobs._now()'::regprocedure),
+          array[true, true], 'the plain clock has no set clause and a body bound when made');
+select is(jobs.use_test_clock(), true, 'on again');
+select is((select array[p.proconfig is null, p.prosqlbody is not null]
+             from pg_proc p where p.oid = 'jobs._now()'::regprocedure),
+          array[true, true], 'and so has the test clock');
+reset search_path;
 
 -- jobs._uuid_v7: version 7 (13th hex digit), RFC variant (17th hex digit 8-b)
 select ok(
@@ -98,8 +116,9 @@ select is_empty(
   $$select p.oid::regprocedure::text
       from pg_proc p
      where p.pronamespace = 'jobs'::regnamespace
-       and not coalesce('search_path=pg_catalog, pg_temp' = any(p.proconfig), false)$$,
-  'every function in schema jobs sets search_path = pg_catalog, pg_temp');
+       and not coalesce('search_path=pg_catalog, pg_temp' = any(p.proconfig), false)
+       and p.prosqlbody is null$$,
+  'every function in schema jobs sets search_path = pg_catalog, pg_temp or has a body bound when made');
 
 -- the error registry: every code has a distinct SQLSTATE in class JQ
 select is_empty(

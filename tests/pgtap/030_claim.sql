@@ -2,7 +2,7 @@
 -- the lease and claim token, re-taking a dead worker's rows, and burying exhausted ones (R40).
 begin;
 \ir fixtures/factory.sql
-select plan(87);
+select plan(92);
 
 set local durajobs.now = '2026-01-01 00:00:00+00';
 
@@ -349,6 +349,39 @@ select is((select count(*) from jobs.worker_running_v1('nobody')), 0::bigint,
 select throws_ok($$select * from jobs.worker_running_v1(' ')$$, 'JQ001',
                  'X_ARGUMENT_INVALID: jobs.worker_running_v1: worker_id must not be blank (empty or only whitespace)',
                  'a blank worker_id is refused');
+
+-- ---------------------------------------------------------------------------------------------
+-- the claim of one queue without the scan for lapsed leases (an idle worker's pickup, and a busy
+-- worker's claims between scans) is one statement: it honours a pause, the hand-out order, the
+-- batch size and has_steps exactly as the general claim does
+select jobs_test.enqueue(name => 'one', queue => 'q-one', idempotency_key => 'one-' || n,
+                         priority => 3 - n)
+  from generate_series(1, 3) n \g /dev/null
+select jobs.pause_queue(queue => 'q-one') \g /dev/null
+select is((select count(*) from jobs.claim_v1(array['q-one'], 'w-one', 10, recover_lapsed => false)),
+          0::bigint, 'the one-statement claim hands out nothing of a paused queue');
+select jobs.resume_queue(queue => 'q-one') \g /dev/null
+select results_eq(
+  $$select j.idempotency_key, c.state, c.attempt, c.claim, c.has_steps
+      from jobs.claim_v1(array['q-one'], 'w-one', 2, recover_lapsed => false)
+           with ordinality as c
+      join jobs.jobs j on j.id = c.id
+     order by c.ordinality$$,
+  $$values ('one-3', 'running', 1, 1::bigint, false), ('one-2', 'running', 1, 1::bigint, false)$$,
+  'once resumed, it hands out the batch in priority order, counted, with has_steps false');
+select is((select claimed_by from jobs.jobs where idempotency_key = 'one-3'), 'w-one',
+          'and the rows it hands out are held by the claiming worker');
+-- a fresh row of a run that stored a step (a requeued run) reads its history
+select jobs_test.enqueue(name => 'one', queue => 'q-one-steps',
+                         run_id => (select run_id from jobs.jobs where id = :'v2_stepped'))
+  as one_stepped \gset
+select results_eq(
+  $$select id, attempt, has_steps
+      from jobs.claim_v1(array['q-one-steps'], 'w-one', 5, recover_lapsed => false)$$,
+  format($$values (%L::uuid, 1, true)$$, :'one_stepped'),
+  'a first attempt of a run with a stored step is answered with has_steps true');
+select is((select count(*) from jobs.claim_v1(array['q-one'], 'w-one', 10, recover_lapsed => false)),
+          1::bigint, 'and the last waiting row of the queue goes to the next claim');
 
 select * from finish();
 rollback;
