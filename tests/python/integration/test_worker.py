@@ -9,7 +9,6 @@ import signal
 import threading
 import time
 from datetime import timedelta
-from typing import Any
 
 import psycopg
 import pytest
@@ -26,6 +25,9 @@ from support.models import TimedItem
 from support.outbox import eventually
 from support.rows import fetch_all
 from support.running import run_until
+
+# the advisory lock a test holds while the worker's pooled connections wait on it
+HOLD_LOCK = 42_4242
 
 
 def _registry(database_url):
@@ -1928,38 +1930,52 @@ def test_an_ack_lands_while_claims_and_step_writes_hold_every_pooled_connection(
     worker = Worker(registry, database_url, listen=False)
     landed: dict[str, float] = {}
 
+    # a statement each holder runs through the worker's own pool, waiting on a lock the test
+    # holds: how claims and step writes that the database is slow to answer hold connections
+    hold = calls.Call(
+        function="pg_advisory_xact_lock_shared",
+        sql="select pg_advisory_xact_lock_shared(%(key)s)",
+        params={"key": HOLD_LOCK},
+        decode=lambda rows: None,
+    )
+
+    def waiting_on_the_lock() -> int:
+        rows = fetch_all(
+            database_url,
+            """select count(*) from pg_locks
+                where locktype = 'advisory' and objid = %s and not granted""",
+            [HOLD_LOCK],
+        )
+        return int(rows[0][0])
+
     async def scenario() -> None:
         runner = asyncio.ensure_future(worker.run())
-        holding: list[Any] = []
-        release = asyncio.Event()
-
-        async def hold_one() -> None:
-            async with worker.db.pool.connection() as connection:
-                holding.append(connection)
-                await release.wait()
-
-        holders: list[asyncio.Task[None]] = []
-        try:
-            await asyncio.wait_for(started.wait(), 10)
-            size = worker.db.pool.max_size
-            holders = [asyncio.ensure_future(hold_one()) for _ in range(size)]
-            await eventually(lambda: len(holding) == size, what="every pooled connection held")
-            go.set()
-            began = time.monotonic()
-
-            def done() -> bool:
-                rows = fetch_all(
-                    database_url, "select state from jobs.jobs where id = %s", [job.id]
+        holders: list[asyncio.Future[None]] = []
+        with psycopg.connect(database_url, autocommit=True) as blocker:
+            blocker.execute("select pg_advisory_lock(%s)", [HOLD_LOCK])
+            try:
+                await asyncio.wait_for(started.wait(), 10)
+                size = worker.db.pool.max_size
+                holders = [asyncio.ensure_future(worker.db.run(hold)) for _ in range(size)]
+                await eventually(
+                    lambda: waiting_on_the_lock() == size, what="every pooled connection held"
                 )
-                return rows == [("done",)]
+                go.set()
+                began = time.monotonic()
 
-            await eventually(done, timeout=5, what="the ack landing")
-            landed["after"] = time.monotonic() - began
-        finally:
-            release.set()
-            await asyncio.gather(*holders, return_exceptions=True)
-            worker.stop()
-            await runner
+                def done() -> bool:
+                    rows = fetch_all(
+                        database_url, "select state from jobs.jobs where id = %s", [job.id]
+                    )
+                    return rows == [("done",)]
+
+                await eventually(done, timeout=5, what="the ack landing")
+                landed["after"] = time.monotonic() - began
+            finally:
+                blocker.execute("select pg_advisory_unlock(%s)", [HOLD_LOCK])
+                await asyncio.gather(*holders, return_exceptions=True)
+                worker.stop()
+                await runner
 
     asyncio.run(scenario())
     assert landed["after"] < 2.0

@@ -1,0 +1,104 @@
+"""AsyncDatabase keeps the connection of its last call out of the pool for its next call, so an
+idle worker's pickup skips the pool's take and give-back; a call that waits for the pool still
+gets a connection as soon as one is free, and closing gives the kept one back."""
+
+from __future__ import annotations
+
+import asyncio
+
+import psycopg
+import pytest
+
+from durajobs._db import calls, database
+from durajobs._db.database import AsyncDatabase
+
+BACKEND = calls.Call("pg_backend_pid", "select pg_backend_pid()", {}, lambda rows: rows[0][0])
+
+
+def _nap(seconds: float) -> calls.Call[None]:
+    return calls.Call("pg_sleep", f"select pg_sleep({seconds})", {}, lambda rows: None)
+
+
+def _sessions(database_url: str) -> int:
+    """The sessions on the test database, this one's own left out."""
+    with psycopg.connect(database_url, autocommit=True) as admin:
+        row = admin.execute(
+            "select count(*) from pg_stat_activity"
+            " where datname = current_database() and pid <> pg_backend_pid()"
+        ).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def test_calls_one_after_another_run_on_the_connection_kept_from_the_last(database_url):
+    async def scenario() -> list[int]:
+        # three open connections: the pool alone would hand them out in turn
+        db = AsyncDatabase(database_url, min_size=3, max_size=3)
+        await db.open()
+        try:
+            await asyncio.gather(*(db.run(_nap(0.05)) for _ in range(3)))
+            return [await db.run(BACKEND) for _ in range(6)]
+        finally:
+            await db.close()
+
+    backends = asyncio.run(scenario())
+    assert len(set(backends)) == 1, f"the calls ran on backends {backends}"
+
+
+def test_a_call_waiting_for_the_pool_gets_the_connection_a_call_gives_back(database_url):
+    async def scenario() -> list[float]:
+        db = AsyncDatabase(database_url, min_size=1, max_size=1, wait_timeout=2.0)
+        await db.open()
+        try:
+            loop = asyncio.get_running_loop()
+            began = loop.time()
+
+            async def timed(seconds: float) -> float:
+                await db.run(_nap(seconds))
+                return loop.time() - began
+
+            # the second waits in the pool while the first runs on the only connection
+            return list(await asyncio.gather(timed(0.3), timed(0.0)))
+        finally:
+            await db.close()
+
+    first, second = asyncio.run(scenario())
+    assert first < second < 1.5, "the waiting call was served when the first gave back"
+
+
+def test_a_kept_connection_goes_back_to_the_pool_after_keep_seconds(database_url, monkeypatch):
+    monkeypatch.setattr(database, "KEEP_SECONDS", 0.0)
+
+    async def scenario() -> list[int]:
+        db = AsyncDatabase(database_url, min_size=3, max_size=3)
+        await db.open()
+        try:
+            await asyncio.gather(*(db.run(_nap(0.05)) for _ in range(3)))
+            return [await db.run(BACKEND) for _ in range(6)]
+        finally:
+            await db.close()
+
+    # kept for no time at all, each connection goes back and the pool hands them out in turn
+    assert len(set(asyncio.run(scenario()))) > 1
+
+
+@pytest.mark.parametrize("calls_before", [0, 3])
+def test_closing_gives_the_kept_connection_back_and_ends_every_session(database_url, calls_before):
+    before = _sessions(database_url)
+
+    async def scenario() -> int:
+        db = AsyncDatabase(database_url, min_size=1, max_size=2)
+        await db.open()
+        for _ in range(calls_before):
+            await db.run(BACKEND)
+        await db.close()
+        # counted while `db` still holds whatever it kept: a session ends moments after its
+        # connection closes, so the count is read until it drops (or a second passes)
+        for _ in range(20):
+            left = _sessions(database_url)
+            if left == before:
+                break
+            await asyncio.sleep(0.05)
+        return left
+
+    assert asyncio.run(scenario()) == before
