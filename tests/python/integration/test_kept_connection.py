@@ -30,9 +30,11 @@ def _sessions(database_url: str) -> int:
     return int(row[0])
 
 
-def test_calls_one_after_another_run_on_the_connection_kept_from_the_last(database_url):
+def _backends_of_calls_in_a_row(database_url: str) -> list[int]:
+    """The backend each of six calls in a row ran on, with three connections open: the pool
+    alone would hand them out in turn."""
+
     async def scenario() -> list[int]:
-        # three open connections: the pool alone would hand them out in turn
         db = AsyncDatabase(database_url, min_size=3, max_size=3)
         await db.open()
         try:
@@ -41,7 +43,11 @@ def test_calls_one_after_another_run_on_the_connection_kept_from_the_last(databa
         finally:
             await db.close()
 
-    backends = asyncio.run(scenario())
+    return asyncio.run(scenario())
+
+
+def test_calls_one_after_another_run_on_the_connection_kept_from_the_last(database_url):
+    backends = _backends_of_calls_in_a_row(database_url)
     assert len(set(backends)) == 1, f"the calls ran on backends {backends}"
 
 
@@ -68,18 +74,8 @@ def test_a_call_waiting_for_the_pool_gets_the_connection_a_call_gives_back(datab
 
 def test_a_kept_connection_goes_back_to_the_pool_after_keep_seconds(database_url, monkeypatch):
     monkeypatch.setattr(database, "KEEP_SECONDS", 0.0)
-
-    async def scenario() -> list[int]:
-        db = AsyncDatabase(database_url, min_size=3, max_size=3)
-        await db.open()
-        try:
-            await asyncio.gather(*(db.run(_nap(0.05)) for _ in range(3)))
-            return [await db.run(BACKEND) for _ in range(6)]
-        finally:
-            await db.close()
-
     # kept for no time at all, each connection goes back and the pool hands them out in turn
-    assert len(set(asyncio.run(scenario()))) > 1
+    assert len(set(_backends_of_calls_in_a_row(database_url))) > 1
 
 
 @pytest.mark.parametrize("calls_before", [0, 3])
