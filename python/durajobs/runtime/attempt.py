@@ -19,6 +19,7 @@ from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
+from types import CoroutineType
 from typing import Any, Generic, Protocol, TypeVar
 from uuid import UUID
 
@@ -165,7 +166,10 @@ class JobContext(_Context[I]):
     __slots__ = ("_step",)
 
     def __init__(self, input: I, attempt: Attempt) -> None:
-        super().__init__(input, attempt)
+        # _Context.__init__'s assignments, inline: one of these is made for every attempt
+        self.input = input
+        self.signal = attempt.signal
+        self._attempt = attempt
         self._step: AsyncSteps | None = None
 
     @property
@@ -318,19 +322,6 @@ class Body:
         self._refused = refused  # the body never started (its input did not parse)
         self._on_late = on_late
 
-    def returned_none(self) -> bool:
-        """The body returned None and nothing stopped it: the common case, acked with no result
-        to store."""
-        future = self.future
-        return (
-            future is not None
-            and future.done()
-            and not future.cancelled()
-            and future.exception() is None
-            and self.signal.reason is None
-            and future.result() is None
-        )
-
     async def ending(
         self, on_lingering: Callable[[asyncio.Future[Any]], None] | None = None
     ) -> BodyEnding:
@@ -391,9 +382,27 @@ class Body:
 class Attempt:
     """One claimed attempt: start its body, then settle the row with one verdict.
 
-    `run()` is the whole of it. A worker may instead `start()` the body itself and, when the
-    body ended cleanly, `settle_soon()` from a callback: no task of its own for the common case.
+    `run()` is the whole of it. A worker may instead start the body itself (`launch_now()`)
+    and, when the body ended cleanly, `settle_soon()` from a callback: no task of its own for
+    the common case.
     """
+
+    __slots__ = (
+        "_batch",
+        "_book",
+        "_db",
+        "_deadline",
+        "_loop",
+        "_on_abandoned",
+        "_one_settler",
+        "_records",
+        "_reporter",
+        "began",
+        "claimed",
+        "job",
+        "lease",
+        "signal",
+    )
 
     def __init__(
         self,
@@ -538,18 +547,12 @@ class Attempt:
 
         An async body's task is cancelled when the signal is set, unless `cancel_on_signal` is
         False: then the caller's own signal callback must (`Body.cancel`)."""
-        claimed, job, signal = self.claimed, self.job, self.signal
+        job, signal = self.job, self.signal
         assert job is not None, "start() needs a registered job"
         loop = self._loop
         self._records = records
         if job.timeout is not None:
-            limit = job.timeout
-            self._deadline = loop.call_later(
-                limit.total_seconds(),
-                lambda: signal.cancel(
-                    JobTimeout(f"job {claimed.name} ran past its timeout of {limit}")
-                ),
-            )
+            self._arm_deadline(job.timeout)
         try:
             if signal.reason is not None:
                 # cancelled before the body began (a drain during the history read): a plain
@@ -571,10 +574,58 @@ class Attempt:
             task.add_done_callback(lambda _task: on_done())
         return Body(job, signal, task, on_late=self._late)
 
+    def launch_now(self) -> asyncio.Future[Any]:
+        """Start the `async def` body of an attempt that needs no read first (`startable_now`)
+        and answer its task, or raise what refused it (`refused`). A worker's way to start the
+        common attempt: no Body, and no callback on the signal, so the caller must cancel the
+        task when the signal is set and decide the attempt when the task ends."""
+        job = self.job
+        assert job is not None, "launch_now() needs a registered job"
+        if job.timeout is not None:
+            self._arm_deadline(job.timeout)
+        started = job.handler(JobContext(self._parsed(job), self))
+        if isinstance(started, CoroutineType):  # inspect.iscoroutine, without its call
+            return self._loop.create_task(started)
+        return asyncio.ensure_future(started)
+
+    def refused(self, error: BaseException) -> Body:
+        """The Body of an attempt whose body never started: `error` is its verdict."""
+        job = self.job
+        assert job is not None
+        return Body(job, self.signal, None, refused=error, on_late=self._late)
+
+    def started(self, future: asyncio.Future[Any]) -> Body:
+        """The Body of a task `launch_now` started, for `conclude`."""
+        job = self.job
+        assert job is not None
+        return Body(job, self.signal, future, on_late=self._late)
+
+    def _arm_deadline(self, limit: timedelta) -> None:
+        name, signal = self.claimed.name, self.signal
+        self._deadline = self._loop.call_later(
+            limit.total_seconds(),
+            lambda: signal.cancel(JobTimeout(f"job {name} ran past its timeout of {limit}")),
+        )
+
     def _launch(
         self, job: Job[Any], loop: asyncio.AbstractEventLoop, executor: Executor | None
     ) -> asyncio.Future[Any]:
         """Parse the input, build the context and start the body: a task, or a thread."""
+        model = self._parsed(job)
+        if job.is_async:
+            started = job.handler(JobContext(model, self))
+            if isinstance(started, CoroutineType):
+                return loop.create_task(started)
+            return asyncio.ensure_future(started)
+        context = SyncJobContext(model, self, SyncSteps(self.book, loop))
+        # the thread runs in a copy of this context, so the attempt's span is its parent too
+        body = contextvars.copy_context().run
+        threaded: asyncio.Future[Any] = loop.run_in_executor(executor, body, job.handler, context)
+        return threaded
+
+    def _parsed(self, job: Job[Any]) -> Any:
+        """The claimed input, parsed by the job's model; raises X_JOB_INPUT_INVALID, or
+        X_JOB_TENANT_MISMATCH when the input names another tenant than the row's."""
         claimed = self.claimed
         model = job.parse_json(claimed.input_json)
         if job.tenant != NO_TENANT:
@@ -587,41 +638,41 @@ class Attempt:
                     f"input names {named!r}",
                     detail={"job": claimed.name, "tenant": claimed.tenant_id, "named": named},
                 )
-        if job.is_async:
-            started = job.handler(JobContext(model, self))
-            if inspect.iscoroutine(started):
-                return loop.create_task(started)
-            return asyncio.ensure_future(started)
-        context = SyncJobContext(model, self, SyncSteps(self.book, loop))
-        # the thread runs in a copy of this context, so the attempt's span is its parent too
-        body = contextvars.copy_context().run
-        threaded: asyncio.Future[Any] = loop.run_in_executor(executor, body, job.handler, context)
-        return threaded
+        return model
 
-    def settle_soon(self, body: Body, on_answer: OnAnswer) -> bool:
-        """Ack a body that ended cleanly from a callback, with no task of its own; `on_answer`
-        is called with the settler's answer, which `acked()` turns into the outcome.
+    def settle_soon(self, task: asyncio.Future[Any], on_answer: OnAnswer) -> bool:
+        """Ack the ended task of a body that returned None, from a callback and with no task
+        of its own; `on_answer` is called with the settler's answer, which `acked()` turns into
+        the outcome.
 
         Answers False (nothing done) when the verdict needs `conclude()` instead: the body did
-        not end cleanly, a progress report is still to be written, an on_settled hook is to be
-        called, or settles are not batched.
+        not end cleanly (or its signal is set), a progress report is still to be written, an
+        on_settled hook is to be called, or settles are not batched.
         """
         job = self.job
         if (
             job is None
+            or self.signal.reason is not None
+            or not task.done()
+            or task.cancelled()
+            or task.exception() is not None
+            # a value to store takes the acks that carry results (conclude)
+            or task.result() is not None
             or job.on_settled is not None
             or not (self._reporter is None or self._reporter.idle)
             or self._batch is None
-            # a value to store takes the acks that carry results (conclude)
-            or not body.returned_none()
         ):
             return False
-        self._stop_deadline()
+        if self._deadline is not None:
+            self._stop_deadline()
         if self._reporter is not None:
             self._reporter.close()  # idle: nothing pending, so closing drops nothing
-        self.lease.stop()
-        _warn_if_late(self.lease, self.claimed)
-        self._batch.ack_soon(self.claimed.id, self.claimed.claim, on_answer)
+        lease = self.lease
+        lease.stop()
+        if lease.overdue() > 0:
+            _warn_if_late(lease, self.claimed)
+        claimed = self.claimed
+        self._batch.ack_soon(claimed.id, claimed.claim, on_answer)
         return True
 
     def acked(self, landed: bool, failure: BaseException | None) -> Outcome:

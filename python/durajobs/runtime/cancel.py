@@ -15,12 +15,19 @@ from durajobs.errors import Aborted, DurajobsError
 class CancelSignal:
     """A one-shot, thread-safe cancellation with a reason."""
 
+    __slots__ = ("_callbacks", "_event", "_lock", "listener", "reason")
+
     def __init__(self) -> None:
         # made only when a thread waits: most attempts never do, and every attempt has a signal
         self._event: threading.Event | None = None
         self._lock = threading.Lock()
-        self._callbacks: list[Callable[[DurajobsError], object]] = []
+        # made on the first on_cancel: a worker's attempt is told through `listener` instead
+        self._callbacks: list[Callable[[DurajobsError], object]] | None = None
         self.reason: DurajobsError | None = None
+        # the one callback of whoever made the signal, called first when it is set. Assigned
+        # before the signal is shared (with a body, a thread or the lease renewer), so it needs
+        # no lock: for a worker it is the attempt's own, and costs no list and no lock per job
+        self.listener: Callable[[DurajobsError], object] | None = None
 
     def cancel(self, reason: DurajobsError) -> bool:
         """Set the signal; the first reason wins. Answers whether this call set it."""
@@ -28,10 +35,13 @@ class CancelSignal:
             if self.reason is not None:
                 return False
             self.reason = reason
-            callbacks = list(self._callbacks)
+            callbacks = () if self._callbacks is None else tuple(self._callbacks)
+            listener = self.listener
             event = self._event
         if event is not None:
             event.set()
+        if listener is not None:
+            listener(reason)
         for callback in callbacks:
             callback(reason)
         return True
@@ -40,16 +50,20 @@ class CancelSignal:
         """Call `callback(reason)` when the signal is set (at once if it already is)."""
         with self._lock:
             if self.reason is None:
+                if self._callbacks is None:
+                    self._callbacks = []
                 self._callbacks.append(callback)
                 return
             reason = self.reason
         callback(reason)
 
     def forget_callbacks(self) -> None:
-        """Drop the callbacks not yet called: the attempt is over. They close over the attempt
-        that holds this signal, so keeping them would leave a cycle for the collector. One
-        assignment: no lock needed to swap the list."""
-        self._callbacks = []
+        """Drop the callbacks not yet called, the listener among them: the attempt is over.
+        They close over the attempt that holds this signal, so keeping them would leave a
+        cycle for the collector. Assignments only: no lock needed."""
+        self.listener = None
+        if self._callbacks is not None:
+            self._callbacks = None
 
     @property
     def is_set(self) -> bool:

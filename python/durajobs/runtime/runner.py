@@ -20,7 +20,7 @@ from typing import Any
 from uuid import UUID
 
 from durajobs._values.records import ClaimedJob
-from durajobs.declare.registry import Registry
+from durajobs.declare.registry import Job, Registry
 from durajobs.errors import DurajobsError
 from durajobs.observe.metrics import WorkerMetrics
 from durajobs.observe.tracing import job_span, spans_active
@@ -36,41 +36,31 @@ LOCAL_TIMER_MARGIN = 0.05  # seconds
 SETTLE_POLL = 0.1  # seconds between looks at a drain's budget while attempts finish
 
 
-class _Held:
-    """An attempt the runner holds, from its start to its settle (or abandonment). Its bound
-    methods are the attempt's callbacks: no closure is made per attempt. Nothing it refers to
-    refers back to it once the attempt is closed, so an attempt leaves no cycle for the
-    collector (the lease is an object of its own: the attempt holds it too)."""
+class _Held(Attempt):
+    """An attempt as the runner holds it, from its start to its settle (or abandonment): the
+    attempt itself, with the runner's state of it. Its bound methods are its callbacks: no
+    closure is made per attempt. Nothing it refers to refers back to it once it is closed (its
+    signal forgets the listener), so an attempt leaves no cycle for the collector."""
 
-    __slots__ = (
-        "attempt",
-        "body",
-        "deciding",
-        "lease",
-        "loop",
-        "released",
-        "row",
-        "runner",
-        "signal",
-        "task",
-    )
+    __slots__ = ("body", "deciding", "future", "released", "runner", "task")
 
     def __init__(
         self,
         runner: AttemptRunner,
         row: ClaimedJob,
+        registry: Registry,
+        db: Any,
         signal: CancelSignal,
         lease: HeldLease,
-        attempt: Attempt,
+        settler: Settler,
         loop: asyncio.AbstractEventLoop,
     ) -> None:
+        super().__init__(
+            row, registry, db=db, signal=signal, lease=lease, settler=settler, loop=loop
+        )
         self.runner = runner
-        self.row = row
-        self.signal = signal
-        self.lease = lease
-        self.attempt = attempt
-        self.loop = loop
-        self.body: Body | None = None
+        self.future: asyncio.Future[Any] | None = None  # the body's task, started at once
+        self.body: Body | None = None  # what conclude() reads, once the verdict needs it
         self.task: asyncio.Task[None] | None = None  # the task concluding it, if any
         self.released = False  # its slot given back
         self.deciding = False  # the verdict has begun: a second trigger is ignored
@@ -82,20 +72,26 @@ class _Held:
 
     def signalled(self, _reason: DurajobsError) -> None:
         """The signal was set (maybe on another thread): stop the body, then decide."""
-        self.loop.call_soon_threadsafe(self._stop_body)
+        self._loop.call_soon_threadsafe(self._stop_body)
 
     def _stop_body(self) -> None:
-        body = self.body
-        if body is not None and body.future is not None:
-            body.future.cancel()
+        if self.future is not None:
+            self.future.cancel()
         self.runner._decide(self)
 
-    def acked(self, landed: bool, failure: BaseException | None) -> None:
+    def answered(self, landed: bool, failure: BaseException | None) -> None:
         """The settler answered this attempt's ack."""
+        runner = self.runner
         try:
-            self.runner._count(self.row, self.attempt.acked(landed, failure), batched=True)
+            if landed is True and failure is None:
+                # the common answer: counted with its batch (report_batch), not one by one
+                runner._unreported_completed[self.claimed.queue] += 1
+                if runner._debug:
+                    runner._log_ended(self.claimed, Outcome.COMPLETED)
+            else:
+                runner._count(self.claimed, self.acked(landed, failure), batched=True)
         finally:
-            self.runner._close(self)
+            runner._close(self)
 
 
 class AttemptRunner:
@@ -118,12 +114,14 @@ class AttemptRunner:
         self._settler = settler
         self._leases = leases
         self._metrics = metrics
-        self._on_slot_freed = on_slot_freed
+        # called as each slot is freed: the worker points it at its claim loop's kick
+        self.on_slot_freed = on_slot_freed
         # the jobs whose running rows hold a place under a declared limit: a lost lease of one
         # is a lost place (X_JOB_SLOT_LOST)
         self._limited = frozenset(
             job.name for job in registry.jobs() if job.concurrency is not None
         )
+        self._async_jobs: dict[Job[Any], bool] = {}
         self.executor: Executor | None = None  # plain def bodies run here (set by the worker)
         # keyed by the attempt itself (a UUID's hash is a Python call); ids() lists their rows
         self.running: dict[_Held, None] = {}
@@ -133,14 +131,19 @@ class AttemptRunner:
         self.taken = 0
         self.outcomes: Counter[str] = Counter()
         # outcomes of acks answered in a batch, not yet added to the metrics: a Prometheus
-        # increment costs more than the rest of an ack's bookkeeping, so a batch adds once
+        # increment costs more than the rest of an ack's bookkeeping, so a batch adds once.
+        # Completions, the common answer, by queue; outcomes counts them then too
         self._unreported: Counter[tuple[str, str]] = Counter()
+        self._unreported_completed: Counter[str] = Counter()
+        # whether each ended attempt is logged at debug level: asked again with each batch
+        # claimed and each batch of acks answered
+        self._debug = log.isEnabledFor(logging.DEBUG)
         self.abandoned_ids: set[UUID] = set()  # their bodies may still run: never given back
         self._emptied: asyncio.Event | None = None
 
     def ids(self) -> list[UUID]:
         """The ids of the rows held now."""
-        return [held.row.id for held in self.running]
+        return [held.claimed.id for held in self.running]
 
     # -- starting ----------------------------------------------------------------------------
 
@@ -150,6 +153,7 @@ class AttemptRunner:
         # asyncio for it is a system call)
         traced = spans_active()
         loop = asyncio.get_running_loop()
+        self._debug = log.isEnabledFor(logging.DEBUG)
         for row in rows:
             self.start(row, asked, traced=traced, loop=loop)
         self._leases.batch_held()
@@ -160,52 +164,59 @@ class AttemptRunner:
         """Start one claimed row; `traced`: whether an attempt gets a span of its own."""
         signal = CancelSignal()
         lease = self._leases.hold(row, signal, since=asked, limited=row.name in self._limited)
-        attempt = Attempt(
-            row,
-            self._registry,
-            db=self._db,
-            signal=signal,
-            lease=lease,
-            settler=self._settler,
-            loop=loop,
-        )
-        held = _Held(self, row, signal, lease, attempt, loop)
+        held = _Held(self, row, self._registry, self._db, signal, lease, self._settler, loop)
         self.running[held] = None
         self.taken += 1
         self.per_queue[row.queue] += 1
-        job = attempt.job
-        if job is not None and job.is_async and attempt.startable_now and not traced:
+        job = held.job
+        if job is not None and not row.has_steps and not traced and self._is_async(job):
             self._start_now(held)
         else:
-            held.task = held.loop.create_task(self._run(held))
+            held.task = loop.create_task(self._run(held))
 
     def _start_now(self, held: _Held) -> None:
         """An async body that needs no read first starts here, and is decided from a callback
         when it ends or its signal is set."""
-        body = held.body = held.attempt.start({}, executor=self.executor, cancel_on_signal=False)
-        if body.future is None:
+        try:
+            held.future = held.launch_now()
+        except Exception as refused:
+            # the input did not parse, or calling the handler raised: the verdict is a failure
+            held.body = held.refused(refused)
             self._release(held)
-            self._decide(held)  # the input did not parse: the verdict is a failure
+            self._decide(held)
             return
-        body.future.add_done_callback(held.ended)
-        # the signal may be set from the lease renewer or a body's thread
-        held.signal.on_cancel(held.signalled)
+        held.future.add_done_callback(held.ended)
+        # set from the lease renewer, the deadline or a body's thread, none of which holds the
+        # signal yet: nothing ran since it was made
+        held.signal.listener = held.signalled
+
+    def _is_async(self, job: Job[Any]) -> bool:
+        """Whether `job` has an `async def` handler, kept by job: asked for every attempt."""
+        known = self._async_jobs.get(job)
+        if known is None:
+            known = self._async_jobs[job] = job.is_async
+        return known
 
     def _decide(self, held: _Held) -> None:
         if held.deciding:
             return
         held.deciding = True
+        future = held.future
+        if future is not None and held.settle_soon(future, held.answered):
+            return
         body = held.body
-        assert body is not None
-        if not held.attempt.settle_soon(body, held.acked):
-            held.task = held.loop.create_task(self._conclude(held, body))
+        if body is None:
+            assert future is not None
+            body = held.started(future)
+        held.task = held._loop.create_task(self._conclude(held, body))
 
     async def _conclude(self, held: _Held, body: Body) -> None:
         try:
-            self._record(held, await held.attempt.conclude(await body.ending()))
+            self._record(held, await held.conclude(await body.ending()))
         except Exception as failure:
             log.error(
-                "jobs.worker.attempt-crashed", extra={"id": str(held.row.id), "error": str(failure)}
+                "jobs.worker.attempt-crashed",
+                extra={"id": str(held.claimed.id), "error": str(failure)},
             )
         finally:
             self._close(held)
@@ -213,11 +224,11 @@ class AttemptRunner:
     async def _run(self, held: _Held) -> None:
         """The attempts that start in a task: a history to read first, a plain def body, a span
         to run in, or a job this deploy does not know."""
-        row = held.row
+        row = held.claimed
         lingering: list[asyncio.Future[Any]] = []
         try:
             with job_span(row):
-                execution = await held.attempt.run(
+                execution = await held.run(
                     executor=self.executor,
                     on_lingering=lingering.append,
                     on_body_done=lambda: self._release(held),
@@ -243,27 +254,38 @@ class AttemptRunner:
         else:
             self._metrics.observe(row.queue, outcome)
         if log.isEnabledFor(logging.DEBUG):
-            log.debug(
-                "jobs.attempt.ended",
-                extra={"job": row.name, "id": str(row.id), "outcome": str(outcome)},
-            )
+            self._log_ended(row, outcome)
+
+    @staticmethod
+    def _log_ended(row: ClaimedJob, outcome: Outcome) -> None:
+        log.debug(
+            "jobs.attempt.ended",
+            extra={"job": row.name, "id": str(row.id), "outcome": str(outcome)},
+        )
 
     def report_batch(self) -> None:
-        """Add the outcomes of the acks answered since the last call to the metrics (the
-        settler calls it once it has answered a batch)."""
-        unreported, self._unreported = self._unreported, Counter()
-        for (queue, outcome), count in unreported.items():
-            self._metrics.observe(queue, outcome, count)
+        """Add the outcomes of the acks answered since the last call to `outcomes` (the
+        completions) and to the metrics (the settler calls it once it has answered a batch)."""
+        self._debug = log.isEnabledFor(logging.DEBUG)
+        if self._unreported_completed:
+            completed, self._unreported_completed = self._unreported_completed, Counter()
+            for queue, count in completed.items():
+                self.outcomes[Outcome.COMPLETED] += count
+                self._metrics.observe(queue, Outcome.COMPLETED, count)
+        if self._unreported:
+            unreported, self._unreported = self._unreported, Counter()
+            for (queue, outcome), count in unreported.items():
+                self._metrics.observe(queue, outcome, count)
 
     def _record(self, held: _Held, execution: JobExecution) -> None:
-        self._count(held.row, execution.outcome)
+        self._count(held.claimed, execution.outcome)
         if execution.resume_at is not None:
             delay = execution.resume_at - datetime.now(UTC)
             if delay <= LOCAL_TIMER_HORIZON:
                 # a little after the due time: a kick that comes early finds nothing and leaves
                 # the row to the poll
                 asyncio.get_running_loop().call_later(
-                    max(delay.total_seconds(), 0) + LOCAL_TIMER_MARGIN, self._on_slot_freed
+                    max(delay.total_seconds(), 0) + LOCAL_TIMER_MARGIN, self.on_slot_freed
                 )
 
     def _release(self, held: _Held) -> None:
@@ -272,8 +294,8 @@ class AttemptRunner:
             return
         held.released = True
         self.taken -= 1
-        self.per_queue[held.row.queue] -= 1
-        self._on_slot_freed()  # a freed slot refills at once
+        self.per_queue[held.claimed.queue] -= 1
+        self.on_slot_freed()  # a freed slot refills at once
 
     def _close(self, held: _Held) -> None:
         held.lease.stop()
@@ -281,14 +303,15 @@ class AttemptRunner:
         removed = self.running.pop(held, False) is None
         if removed and not self.running and self._emptied is not None:
             self._emptied.set()
-        self._release(held)  # a body that never ran (or never ended) holds its slot until here
+        if not held.released:
+            self._release(held)  # a body that never ran (or never ended) holds its slot to here
 
     # -- draining ----------------------------------------------------------------------------
 
     def cancel_all(self, reason: Callable[[ClaimedJob], DurajobsError]) -> None:
         """Set the signal of every held attempt, each with its own reason."""
         for held in list(self.running):
-            held.signal.cancel(reason(held.row))
+            held.signal.cancel(reason(held.claimed))
 
     async def settle_held(self, time_left: Callable[[], float | None]) -> int:
         """Wait until every held attempt has settled, for as long as `time_left()` allows (None:
@@ -319,7 +342,7 @@ class AttemptRunner:
         )
         carriers = []
         for entry in held:
-            self.abandoned_ids.add(entry.row.id)
+            self.abandoned_ids.add(entry.claimed.id)
             if entry.task is not None:
                 entry.task.cancel()
                 carriers.append(entry.task)

@@ -86,7 +86,10 @@ class _Lane:
                 self._answered()
                 return
         for (_item, on_answer), landed in zip(batch, results, strict=True):
-            _answer(on_answer, landed, None)
+            try:  # _answer, inline: a call per settle is a tenth of what answering it costs
+                on_answer(landed, None)
+            except Exception as crashed:
+                log.error("jobs.settle.callback-failed", extra={"error": repr(crashed)})
         self._answered()
 
     def _answered(self) -> None:

@@ -203,6 +203,7 @@ class Worker:
             wake_proven=lambda: self._wake is not None and self._wake.proven,
             upkeep=self.upkeep,
         )
+        self._runner.on_slot_freed = self._claims.kick  # the same as self.kick, one call less
         self._metrics_port = metrics_port
         self._metrics_host = metrics_host
         self._freeze_gc = freeze_gc
