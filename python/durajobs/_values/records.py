@@ -128,8 +128,11 @@ class ClaimedJob(Answer):
 
     @classmethod
     def from_worker_row(cls, row: Row, worker_id: str) -> ClaimedJob:
-        """Build one from a row of every column but the DISPLAY ones."""
+        """Build one from a row of every column but the DISPLAY ones, its run_id NULL where it
+        is the job's own id."""
         values = list(row)
+        if values[1] is None:
+            values[1] = values[0]
         values[6] = narrow(JobState, values[6], table="jobs.jobs", column="state")
         values += (None,) * len(cls.DISPLAY)
         values.append(worker_id)

@@ -1,5 +1,6 @@
-"""What a worker makes of its batched acks' answers: each completion counted once, by its queue,
-in the worker's stats and metrics, and logged at debug level, whichever batch brought it."""
+"""What a worker reads from its claims and makes of its batched acks' answers: each job's own
+run, and each completion counted once, by its queue, in the worker's stats and metrics, and
+logged at debug level, whichever batch brought it."""
 
 from __future__ import annotations
 
@@ -51,3 +52,33 @@ def test_each_completion_is_counted_by_queue_and_logged_once(database_url, monke
     assert completed("answers_a") - before["answers_a"] == 30
     assert completed("answers_b") - before["answers_b"] == 20
     assert worker._settler.statements > 2  # the answers came in more than one batch
+
+
+def test_a_job_enqueued_into_a_run_runs_with_that_run_and_replays_its_steps(database_url):
+    """The worker's claim sends a run_id only where it is not the job's own id: a job enqueued
+    into another job's run reads that run, and the step the run already took is replayed."""
+    registry = durajobs.Registry(database_url=database_url)
+    seen: list[tuple[str, object, object]] = []
+    took: list[str] = []
+
+    @declare(registry, "answers.run")
+    async def in_a_run(ctx):
+        async def charge():
+            took.append(ctx.input.key)
+            return {"charged": ctx.input.key}
+
+        output = await ctx.step.run("charge", charge)
+        seen.append((ctx.input.key, ctx.run_id, output["charged"]))
+
+    first = in_a_run.enqueue(Item(key="first"))
+    worker = Worker(registry, database_url, listen=False)
+    asyncio.run(run_until(worker, lambda: len(seen) == 1))
+    second = in_a_run.enqueue(Item(key="second"), run_id=first.run_id)
+    assert second.run_id == first.run_id != second.id
+    worker = Worker(registry, database_url, listen=False)
+    asyncio.run(run_until(worker, lambda: len(seen) == 2))
+    assert seen == [
+        ("first", first.id, "first"),
+        ("second", first.run_id, "first"),  # replayed from the run, not taken again
+    ]
+    assert took == ["first"]

@@ -42,6 +42,18 @@ def test_a_worker_s_claim_leaves_out_the_display_columns_and_keeps_its_fence():
     assert (row.run_at, row.priority, row.input) == (None, None, {})
 
 
+def test_a_worker_s_claim_reads_a_run_id_only_where_it_is_not_the_job_s_own_id():
+    """The run's first job is the run: the claim sends its run_id as NULL, read as the id."""
+    claim = calls.WorkerClaim(["default"], "w", visibility=timedelta(seconds=30), drop_exhausted=[])
+    call = claim(10, recover_lapsed=False)
+    assert "nullif(run_id, id)" in call.sql.split(" from ")[0]
+    own, requeued, run = uuid4(), uuid4(), uuid4()
+    first = (own, None, *_claimed_row(own, 1)[2:14])
+    later = (requeued, run, *_claimed_row(requeued, 2)[2:14])
+    decoded = call.decode([first, later])
+    assert [(row.id, row.run_id) for row in decoded] == [(own, own), (requeued, run)]
+
+
 def test_a_claim_builds_each_row_s_fence_from_its_own_worker_id():
     first, second = uuid4(), uuid4()
     decoded = calls.claim(["default"], "w-42").decode(
