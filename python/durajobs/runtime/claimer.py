@@ -278,8 +278,7 @@ class ClaimLoop:
                     self._asking_by_queue[queue] -= size
             # the queue ran dry: a moment to look at the dead entries every claim steps over
             self._upkeep.observe(size, len(rows))
-            # a full batch or a burial may have left lapsed rows behind: look again next claim
-            if recover and len(rows) < size and not any(row.buried for row in rows):
+            if recover and _lapsed_exhausted(rows, size):
                 self._lapsed_scanned.update(dict.fromkeys(queues, asked))
             # inside the try: a cancel among the hand-backs of a drain leaves rows unknown too
             return await self._take(rows, asked, full=len(rows) >= size)
@@ -411,6 +410,17 @@ class ClaimLoop:
             for chore in late:
                 chore.cancel()
             await asyncio.gather(*late, return_exceptions=True)
+
+
+def _lapsed_exhausted(rows: list[ClaimedJob], size: int) -> bool:
+    """Whether a claim that scanned for lapsed leases left none behind. A burial, or a batch
+    the re-taken rows may have filled, may have: the next claim looks again. A running row on
+    its first attempt was waiting, not lapsed (a re-taken row has had an attempt before), and
+    the claim reads the waiting rows only for the room the lapsed ones left: so a full batch
+    that holds one is a burn-down's batch, and the scan can wait its interval."""
+    if any(row.buried for row in rows):
+        return False
+    return len(rows) < size or any(row.attempt == 1 for row in rows)
 
 
 def _buried_outcome(row: ClaimedJob) -> Outcome:

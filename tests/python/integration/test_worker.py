@@ -17,6 +17,7 @@ import durajobs
 from durajobs._db import calls
 from durajobs.declare.retry import RetryPolicy
 from durajobs.errors import ConfigInvalid
+from durajobs.runtime import claimer
 from durajobs.runtime.worker import Worker
 from support.dropped_cancel import CancelDropper, cancel_once_while_parked
 from support.events import recorded
@@ -1444,6 +1445,33 @@ def test_a_recovering_claim_that_fills_its_batch_looks_again_at_once(database_ur
     recovering = [recover for _at, recover in claims]
     # one row per claim (concurrency 1): each full batch asks again, until one comes back short
     assert recovering[:3] == [True, True, True]
+
+
+def test_a_burn_down_of_new_jobs_seeks_lapsed_leases_once_a_second_not_every_batch(
+    database_url, monkeypatch
+):
+    """Full batches of jobs on their first attempt came from the waiting rows, which a claim
+    reads only once the lapsed ones no longer fill it: no lapsed row was left behind, and the
+    claims after the first leave the scan to its interval."""
+    monkeypatch.setattr(claimer, "MAX_CLAIM", 5)
+    registry = _registry(database_url)
+    ran: list[str] = []
+
+    @declare(registry, "fresh", input=TimedItem)
+    async def fresh(ctx):
+        ran.append(ctx.input.key)
+
+    for n in range(150):
+        fresh.enqueue({"key": f"f{n}"})
+    worker = Worker(registry, database_url, listen=False, concurrency=5)
+    claims = _note_recoveries(worker)
+    began = time.monotonic()
+    asyncio.run(run_until(worker, lambda: len(ran) == 150))
+    took = time.monotonic() - began
+    assert len(claims) >= 30, "5 rows a claim"
+    seeking = [at for at, recover in claims if recover]
+    # the first claim, then at most one a second (the burn-down takes a moment)
+    assert 1 <= len(seeking) <= 2 + int(took), (len(seeking), took)
 
 
 def _note_claims(worker):
