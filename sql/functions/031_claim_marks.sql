@@ -90,6 +90,8 @@ set search_path = pg_catalog, pg_temp
 as $$
 declare
   v_marks jsonb := coalesce(_claim_marks_keep.marks, '{}');
+  v_last integer := coalesce(cardinality(_claim_marks_keep.taken_queues), 0);
+  v_queue text := _claim_marks_keep.taken_queues[1];
 begin
   if heavy then
     select v_marks || coalesce(jsonb_object_agg(
@@ -102,19 +104,32 @@ begin
   else
     v_marks := v_marks - _claim_marks_keep.head_queues;
   end if;
-  select v_marks || coalesce(jsonb_object_agg(
-           l.queue,
-           v_marks -> l.queue || jsonb_build_object('p', l.priority, 'r', l.run_at, 'i', l.id)),
-           '{}')
-    into v_marks
-    from (
-      select distinct on (t.queue) t.queue, t.priority, t.run_at, t.id
-        from unnest(_claim_marks_keep.taken_queues, _claim_marks_keep.taken_priorities,
-                    _claim_marks_keep.taken_run_ats, _claim_marks_keep.taken_ids)
-               with ordinality as t(queue, priority, run_at, id, ord)
-       order by t.queue, t.ord desc
-    ) l
-   where v_marks ? l.queue;
+  if v_last > 0 and _claim_marks_keep.taken_queues <@ array[v_queue] then
+    -- the rows of one queue (every claim of one queue): its last key is the last handed out.
+    -- Sorting a batch to find it cost a busy claim 1 ms of its 500 rows
+    if v_marks ? v_queue then
+      v_marks := v_marks || jsonb_build_object(
+                   v_queue,
+                   v_marks -> v_queue
+                     || jsonb_build_object('p', _claim_marks_keep.taken_priorities[v_last],
+                                           'r', _claim_marks_keep.taken_run_ats[v_last],
+                                           'i', _claim_marks_keep.taken_ids[v_last]));
+    end if;
+  elsif v_last > 0 then
+    select v_marks || coalesce(jsonb_object_agg(
+             l.queue,
+             v_marks -> l.queue || jsonb_build_object('p', l.priority, 'r', l.run_at, 'i', l.id)),
+             '{}')
+      into v_marks
+      from (
+        select distinct on (t.queue) t.queue, t.priority, t.run_at, t.id
+          from unnest(_claim_marks_keep.taken_queues, _claim_marks_keep.taken_priorities,
+                      _claim_marks_keep.taken_run_ats, _claim_marks_keep.taken_ids)
+                 with ordinality as t(queue, priority, run_at, id, ord)
+         order by t.queue, t.ord desc
+      ) l
+     where v_marks ? l.queue;
+  end if;
   perform set_config('jobs.claim_marks',
                      case when v_marks = '{}' then '' else v_marks::text end, false);
 end;

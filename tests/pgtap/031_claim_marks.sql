@@ -5,7 +5,7 @@
 -- session state that a rollback takes back.
 begin;
 \ir fixtures/factory.sql
-select plan(17);
+select plan(21);
 
 create function jobs_test.marks()
 returns jsonb
@@ -101,6 +101,45 @@ select count(*) from jobs.claim_v1(array['mq'], 'w-m', 1000);
 select ok(jobs_test.marks() ? 'mq', 'a claim in the savepoint keeps a mark');
 rollback to savepoint before_claim;
 select is(jobs_test.marks(), null, 'rolled back, the mark is gone with it');
+
+-- the key kept is the last one handed out of each queue with a standing mark: the arrays are in
+-- hand-out order, one queue's (the claim of one queue) or several queues' interleaved
+select set_config('jobs.claim_marks',
+                  '{"a": {"until": "2999-01-01T00:00:00+00:00"}}', false);
+select jobs._claim_marks_keep(jobs_test.marks(), '{}', false, clock_timestamp(),
+                              array['a', 'a', 'a'], array[0, 0, 5],
+                              array['2026-01-01', '2026-01-02', '2026-01-01']::timestamptz[],
+                              array['00000000-0000-0000-0000-000000000001',
+                                    '00000000-0000-0000-0000-000000000002',
+                                    '00000000-0000-0000-0000-000000000003']::uuid[]);
+select is(jobs_test.marks() -> 'a',
+          jsonb_build_object('until', '2999-01-01T00:00:00+00:00', 'p', 5,
+                             'r', '2026-01-01'::timestamptz,
+                             'i', '00000000-0000-0000-0000-000000000003'),
+          'one queue''s rows: its mark moves to the last key, and keeps its until');
+select jobs._claim_marks_keep(jobs_test.marks(), '{}', false, clock_timestamp(),
+                              array['b', 'b'], array[1, 2],
+                              array['2026-01-01', '2026-01-01']::timestamptz[],
+                              array['00000000-0000-0000-0000-00000000000b',
+                                    '00000000-0000-0000-0000-00000000000c']::uuid[]);
+select ok(not (jobs_test.marks() ? 'b') and (jobs_test.marks() -> 'a' ->> 'p') = '5',
+          'a queue with no standing mark gets none from its rows');
+select set_config('jobs.claim_marks',
+                  '{"a": {"until": "2999-01-01T00:00:00+00:00"},'
+                  ' "c": {"until": "2999-01-01T00:00:00+00:00"}}', false);
+select jobs._claim_marks_keep(jobs_test.marks(), '{}', false, clock_timestamp(),
+                              array['a', 'c', 'a', 'c', 'd'], array[0, 1, 2, 3, 4],
+                              array['2026-01-01', '2026-01-01', '2026-01-01', '2026-01-01',
+                                    '2026-01-01']::timestamptz[],
+                              array['00000000-0000-0000-0000-0000000000a1',
+                                    '00000000-0000-0000-0000-0000000000c1',
+                                    '00000000-0000-0000-0000-0000000000a2',
+                                    '00000000-0000-0000-0000-0000000000c2',
+                                    '00000000-0000-0000-0000-0000000000d1']::uuid[]);
+select is(array[jobs_test.marks() -> 'a' ->> 'i', jobs_test.marks() -> 'c' ->> 'i'],
+          array['00000000-0000-0000-0000-0000000000a2', '00000000-0000-0000-0000-0000000000c2'],
+          'several queues'' rows: each marked queue moves to its own last key');
+select ok(not (jobs_test.marks() ? 'd'), 'and the queue without a mark still gets none');
 
 select * from finish();
 rollback;
