@@ -540,13 +540,12 @@ class Attempt:
         *,
         executor: Executor | None = None,
         on_done: Callable[[], None] | None = None,
-        cancel_on_signal: bool = True,
     ) -> Body:
         """Start the body (a task, or a thread for a plain def); `on_done` when it has ended
         (a coroutine finished, or a plain def's thread returned), whatever happens after.
 
-        An async body's task is cancelled when the signal is set, unless `cancel_on_signal` is
-        False: then the caller's own signal callback must (`Body.cancel`)."""
+        An async body's task is cancelled when the signal is set (`launch_now` leaves that to
+        its caller)."""
         job, signal = self.job, self.signal
         assert job is not None, "start() needs a registered job"
         loop = self._loop
@@ -567,7 +566,7 @@ class Attempt:
             if on_done is not None:
                 on_done()
             return Body(job, signal, None, refused=refused, on_late=self._late)
-        if job.is_async and cancel_on_signal:
+        if job.is_async:
             # a thread cannot be cancelled: a plain def body reads the signal itself
             signal.on_cancel(lambda _reason: loop.call_soon_threadsafe(task.cancel))
         if on_done is not None:
