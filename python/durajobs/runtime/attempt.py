@@ -466,11 +466,6 @@ class Attempt:
             )
         return self._book
 
-    @property
-    def startable_now(self) -> bool:
-        """A known job whose run has no stored step: its body needs no read before it starts."""
-        return self.job is not None and not self.claimed.has_steps
-
     def finish(self, outcome: Outcome, **fields: Any) -> JobExecution:
         if self._book is not None:
             fields.setdefault("steps", self._book.ran)
@@ -574,10 +569,10 @@ class Attempt:
         return Body(job, signal, task, on_late=self._late)
 
     def launch_now(self) -> asyncio.Future[Any]:
-        """Start the `async def` body of an attempt that needs no read first (`startable_now`)
-        and answer its task, or raise what refused it (`refused`). A worker's way to start the
-        common attempt: no Body, and no callback on the signal, so the caller must cancel the
-        task when the signal is set and decide the attempt when the task ends."""
+        """Start the `async def` body of a known job whose run has no stored step (no read
+        first) and answer its task, or raise what refused it (`refused`). A worker's way to
+        start the common attempt: no Body, and no callback on the signal, so the caller must
+        cancel the task when the signal is set and decide the attempt when the task ends."""
         job = self.job
         assert job is not None, "launch_now() needs a registered job"
         if job.timeout is not None:
