@@ -216,15 +216,17 @@ as $$
 declare
   v_slot timestamptz := to_timestamp(floor(extract(epoch from _announce.created_at) * 4) / 4);
 begin
-  -- each inner query names no state, so the planner cannot take the claim index (whose
-  -- predicate the state test proves) and read every waiting row of a backlog to find the
-  -- slot's few; offset 0 keeps the state test out. Two ranges, so the index bounds skip the
-  -- caller's own rows however many it made.
+  -- each inner query names no waiting state, only `state <> 'running'`, which proves the
+  -- predicate of jobs_queue_created_idx but not that of the claim index: the planner cannot
+  -- take the claim index and read every waiting row of a backlog to find the slot's few;
+  -- offset 0 keeps the state test out. Two ranges, so the index bounds skip the caller's own
+  -- rows however many it made.
   if exists (
        select 1
          from (select j.state, j.run_at, j.created_at
                  from jobs.jobs_live j
                 where j.queue = _announce.queue
+                  and j.state <> 'running'
                   and j.created_at >= v_slot
                   and j.created_at < _announce.created_at
                offset 0) before_mine
@@ -235,6 +237,7 @@ begin
          from (select j.state, j.run_at, j.created_at
                  from jobs.jobs_live j
                 where j.queue = _announce.queue
+                  and j.state <> 'running'
                   and j.created_at > _announce.created_at
                   and j.created_at < v_slot + interval '250 milliseconds'
                offset 0) after_mine

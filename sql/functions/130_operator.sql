@@ -29,9 +29,34 @@ create type jobs.bulk_result as (
   remaining bigint
 );
 
+-- jobs._queue_after: the least queue name of a waiting or finished job greater than `after`
+-- (the least of all when NULL), or NULL when none: one descent of each table's
+-- (queue, created_at, id) index. Raises nothing.
+create function jobs._queue_after(after text)
+returns text
+language plpgsql
+stable
+set search_path = pg_catalog, pg_temp
+as $$
+begin
+  if after is null then
+    -- `is not null` for the live table's index, partial on it (000_schema)
+    return least(
+      (select min(j.queue) from jobs.jobs_live j
+        where j.queue is not null and j.state <> 'running'),
+      (select min(j.queue) from jobs.jobs_history j where j.queue is not null));
+  end if;
+  return least(
+    (select min(j.queue) from jobs.jobs_live j
+      where j.queue > _queue_after.after and j.state <> 'running'),
+    (select min(j.queue) from jobs.jobs_history j where j.queue > _queue_after.after));
+end;
+$$;
+
 -- jobs._listed_queues: the queues jobs.list_jobs reads: `queue` when given, else every queue
--- name in jobs.jobs, each found with one descent of each table's (queue, created_at, id) index
--- (the next name after the last), not by reading the rows. Answers setof text, in name order.
+-- name of a job: those of the waiting and finished rows each found by jobs._queue_after (the
+-- next name after the last), not by reading the rows, and those of the running rows (no index
+-- orders them by queue: all of them are read, once). Answers setof text, in name order.
 -- Raises nothing.
 create function jobs._listed_queues(queue text)
 returns setof text
@@ -40,17 +65,24 @@ stable
 set search_path = pg_catalog, pg_temp
 as $$
   with recursive names (queue) as (
-    -- `is not null` for the live table's index, partial on it (000_schema)
-    select coalesce(_listed_queues.queue,
-                    (select j.queue from jobs.jobs j where j.queue is not null
-                      order by j.queue limit 1))
-    union all
-    select (select j.queue from jobs.jobs j where j.queue > n.queue order by j.queue limit 1)
-      from names n
+    select jobs._queue_after(null)
      where _listed_queues.queue is null
-       and n.queue is not null
+    union all
+    select jobs._queue_after(n.queue)
+      from names n
+     where n.queue is not null
   )
+  select _listed_queues.queue
+   where _listed_queues.queue is not null
+  union
   select n.queue from names n where n.queue is not null
+  union
+  select j.queue
+    from jobs.jobs_live j
+   where _listed_queues.queue is null
+     and j.state = 'running'
+     and j.lease_expires_at is not null  -- every running row: for jobs_lease_idx
+  order by 1
 $$;
 
 -- jobs.list_jobs: a page of jobs, newest first by (created_at, id), filtered.
@@ -61,8 +93,11 @@ $$;
 -- what a requeue from its steps made). Never both cursors.
 -- The seek reads the cursor row's own created_at, so rows created in the same millisecond are
 -- neither skipped nor repeated. A short page is the last one.
--- Reads jobs_queue_created_idx: the asked queue's rows from the cursor on, or, without a queue,
--- each queue's in turn (one index descent finds the next queue name) merged into one page.
+-- Reads the asked queue's rows from the cursor on, or, without a queue, each queue's in turn
+-- (jobs._queue_after finds the next queue name) merged into one page: the waiting rows through
+-- jobs_queue_created_idx and the finished ones through jobs_history_queue_created_idx, in index
+-- order; the running rows, which no index orders by queue (a claim would write an entry for
+-- each), are read once, all of them, through jobs_lease_idx, and sorted for each queue.
 -- No index on (created_at, id) alone: it would cost every insert and update of the hot path an
 -- entry. The per-queue seek reads up to a page per queue, so an unfiltered page over thousands of
 -- queues, or a filter a large queue never matches, reads many entries; pass the queue when you
@@ -100,6 +135,9 @@ declare
   -- index bound (a row may hold that very key: a caller's id, a pinned clock)
   v_cursor_at timestamptz := 'infinity';
   v_cursor_id uuid := 'ffffffff-ffff-ffff-ffff-ffffffffffff';
+  v_seek text := '<=';
+  v_order text := 'desc';
+  v_branch text;
 begin
   perform jobs._require(array['operator'], 'jobs.list_jobs', scoped => true);
   -- a session bound to a tenant acts on its tenant's rows alone (014_tenants)
@@ -136,71 +174,67 @@ begin
     end if;
   end if;
 
+  -- `before`: each queue's rows just newer than the cursor, the oldest of them first, the page
+  -- then answered newest first; else the rows from the cursor down, newest first
   if list_jobs.before is not null then
-    -- each queue's rows just newer than the cursor, the oldest of them first, then answered
-    -- newest first
-    return query
+    v_seek := '>';
+    v_order := 'asc';
+  end if;
+  -- one branch for each way a queue's rows are found in order (000_schema): the waiting rows
+  -- through jobs_queue_created_idx, the running rows from one read of them all (jobs_lease_idx;
+  -- no index orders them by queue), sorted, and the finished rows through
+  -- jobs_history_queue_created_idx. Not a view of the three: a member of a union with a WHERE
+  -- clause of its own is planned apart, and reads its whole queue instead of seeking
+  v_branch := $branch$
+      (select j.id, j.run_id, j.name, j.queue, j.state, j.tenant_id, j.attempt,
+              j.max_attempts, j.priority, j.run_at, j.created_at, j.updated_at,
+              j.finished_at, j.last_error, j.last_error_code
+         from %1$s j
+        where j.queue = q.queue
+          and %2$s
+          and (j.created_at, j.id) %3$s ($1, $2)
+          and ($3::uuid is null or j.id <> $3)
+          and ($4::text is null or j.name = $4)
+          and ($5::text is null or j.state = $5)
+          and ($6::text is null or j.tenant_id = $6)
+          and ($7::text is null  -- a plain prefix: no wildcards, any case
+               or left(j.id::text, length($7)) = lower($7))
+          and ($8::timestamptz is null or j.created_at >= $8)
+          and ($9::timestamptz is null or j.created_at <= $9)
+          and ($10::text is null or j.idempotency_key = $10)
+          and ($11::uuid is null or j.run_id = $11)
+        order by j.created_at %4$s, j.id %4$s
+        limit $12)
+  $branch$;
+  return query execute format(
+    $page$
+      with running as materialized (
+        select j.*
+          from jobs.jobs_live j
+         where j.state = 'running'
+           and j.lease_expires_at is not null  -- every running row: for jobs_lease_idx
+           and ($13::text is null or j.queue = $13)
+      )
       select p.id, p.run_id, p.name, p.queue, p.state, p.tenant_id, p.attempt, p.max_attempts,
              p.priority, p.run_at, p.created_at, p.updated_at, p.finished_at, p.last_error,
              p.last_error_code
         from (
           select n.*
-            from jobs._listed_queues(list_jobs.queue) q (queue)
-           cross join lateral (
-             select j.id, j.run_id, j.name, j.queue, j.state, j.tenant_id, j.attempt,
-                    j.max_attempts, j.priority, j.run_at, j.created_at, j.updated_at,
-                    j.finished_at, j.last_error, j.last_error_code
-               from jobs.jobs j
-              where j.queue = q.queue
-                and (j.created_at, j.id) > (v_cursor_at, v_cursor_id)
-                and (list_jobs.name is null or j.name = list_jobs.name)
-                and (list_jobs.state is null or j.state = list_jobs.state)
-                and (list_jobs.tenant_id is null or j.tenant_id = list_jobs.tenant_id)
-                and (list_jobs.id_prefix is null  -- a plain prefix: no wildcards, any case
-                     or left(j.id::text, length(list_jobs.id_prefix)) = lower(list_jobs.id_prefix))
-                and (list_jobs.created_from is null or j.created_at >= list_jobs.created_from)
-                and (list_jobs.created_to is null or j.created_at <= list_jobs.created_to)
-                and (list_jobs.idempotency_key is null
-                     or j.idempotency_key = list_jobs.idempotency_key)
-                and (list_jobs.run_id is null or j.run_id = list_jobs.run_id)
-              order by j.created_at, j.id
-              limit list_jobs.page_size
-           ) n
-           order by n.created_at, n.id
-           limit list_jobs.page_size
+            from jobs._listed_queues($13) q (queue)
+           cross join lateral (%1$s union all %2$s union all %3$s) n
+           order by n.created_at %4$s, n.id %4$s
+           limit $12
         ) p
-       order by p.created_at desc, p.id desc;
-    return;
-  end if;
-
-  return query
-    select o.id, o.run_id, o.name, o.queue, o.state, o.tenant_id, o.attempt, o.max_attempts,
-           o.priority, o.run_at, o.created_at, o.updated_at, o.finished_at, o.last_error,
-           o.last_error_code
-      from jobs._listed_queues(list_jobs.queue) q (queue)
-     cross join lateral (
-       select j.id, j.run_id, j.name, j.queue, j.state, j.tenant_id, j.attempt, j.max_attempts,
-              j.priority, j.run_at, j.created_at, j.updated_at, j.finished_at, j.last_error,
-              j.last_error_code
-         from jobs.jobs j
-        where j.queue = q.queue
-          and (j.created_at, j.id) <= (v_cursor_at, v_cursor_id)
-          and (list_jobs.after is null or j.id <> list_jobs.after)
-          and (list_jobs.name is null or j.name = list_jobs.name)
-          and (list_jobs.state is null or j.state = list_jobs.state)
-          and (list_jobs.tenant_id is null or j.tenant_id = list_jobs.tenant_id)
-          and (list_jobs.id_prefix is null  -- a plain prefix: no wildcards, any case
-               or left(j.id::text, length(list_jobs.id_prefix)) = lower(list_jobs.id_prefix))
-          and (list_jobs.created_from is null or j.created_at >= list_jobs.created_from)
-          and (list_jobs.created_to is null or j.created_at <= list_jobs.created_to)
-          and (list_jobs.idempotency_key is null
-               or j.idempotency_key = list_jobs.idempotency_key)
-          and (list_jobs.run_id is null or j.run_id = list_jobs.run_id)
-        order by j.created_at desc, j.id desc
-        limit list_jobs.page_size
-     ) o
-     order by o.created_at desc, o.id desc
-     limit list_jobs.page_size;
+       order by p.created_at desc, p.id desc
+    $page$,
+    format(v_branch, 'jobs.jobs_live', 'j.state <> ''running''', v_seek, v_order),
+    format(v_branch, 'running', 'true', v_seek, v_order),
+    format(v_branch, 'jobs.jobs_history', 'true', v_seek, v_order),
+    v_order)
+    using v_cursor_at, v_cursor_id, list_jobs.after, list_jobs.name, list_jobs.state,
+          list_jobs.tenant_id, list_jobs.id_prefix, list_jobs.created_from,
+          list_jobs.created_to, list_jobs.idempotency_key, list_jobs.run_id,
+          list_jobs.page_size, list_jobs.queue;
 end;
 $$;
 
