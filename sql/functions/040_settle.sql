@@ -76,14 +76,16 @@ $$;
 -- storing each row's result (results NULL, or shorter than ids: NULL results). The statement
 -- moves the rows to history, counts them, and wakes the parents waiting for them (030 of
 -- 230_children); the caller checked the arguments. Answers (id, landed) per id, in input order.
--- Locks the rows this worker holds under those claims, in id order, each read by primary key,
--- then their parents.
+-- Locks (deletes) the rows this worker holds under those claims, in id order, read by primary
+-- key, then their parents.
 create function jobs._ack_rows(worker_id text, ids uuid[], claims bigint[], results jsonb[])
 returns setof jobs.settle_result
 language plpgsql
 volatile
 set search_path = pg_catalog, pg_temp
 set enable_seqscan = off
+-- a bitmap scan would visit the rows in the order they lie on disk, not in id order
+set enable_bitmapscan = off
 set jit = off
 as $$
 declare
@@ -96,30 +98,18 @@ begin
        -- results shorter than ids pads them, never the other way
        where r.ord <= cardinality(ids)
     ),
-    -- each row by primary key, locked, then judged: with the fence in the join the planner can
-    -- read every live row of the table through a partial index whose statistics say no row is
-    -- running (`offset 0` keeps the fence out of the lookup)
-    held as materialized (
-      select l.id
-        -- one lock order for every caller
-        from (select q.id, q.claim from requested q order by q.id) r
-        cross join lateral (
-          select j.id, j.state, j.claimed_by, j.claims
-            from jobs.jobs_live j
-           where j.id = r.id
-             -- no index reads these: only the owner's rows are locked, never a stranger's
-             and j.claimed_by = _ack_rows.worker_id
-             and j.claims = r.claim
-          offset 0
-             for update
-        ) l
-       where l.state = 'running'
-         and l.claimed_by = _ack_rows.worker_id
-         and l.claims = r.claim
-    ),
+    -- the rows by primary key, in id order (the index scan's order of the sorted ids: one lock
+    -- order for every caller), each judged as the delete reaches it, and again on the row's
+    -- newest version if another transaction changed it meanwhile. Not a join to `requested`:
+    -- the planner could then read every live row through a partial index whose statistics
+    -- say no row is running. No index holds the claim: the fence is a hashed lookup of
+    -- (id, claim), which `is true` keeps a filter rather than a join
     gone as (
       delete from jobs.jobs_live j
-       where j.id = any(array(select h.id from held h))
+       where j.id = any(ids)
+         and j.state = 'running'
+         and j.claimed_by = _ack_rows.worker_id
+         and ((j.id, j.claims) in (select q.id, q.claim from requested q)) is true
       returning j.id, j.name, j.queue, j.input, j.idempotency_key, j.tenant_id, j.run_id,
                 j.priority, j.attempt, j.max_attempts, j.run_at, j.created_at, j.claimed_by,
                 j.claimed_at, j.claims, j.last_error, j.last_error_code, j.last_error_stack,

@@ -3,7 +3,7 @@
 -- batch forms.
 begin;
 \ir fixtures/factory.sql
-select plan(99);
+select plan(103);
 
 set local durajobs.now = '2026-01-01 00:00:00+00';
 
@@ -258,6 +258,40 @@ select results_eq(
   $$select j.state from am join jobs.jobs j on j.id = am.id order by am.n$$,
   $$values ('done'), ('running'), ('done')$$,
   'ack_many_v1 settles the fenced rows and leaves the stale one running');
+
+-- the fence pairs each id with its own claim: A re-claimed (claims 2) and B (claims 1), acked
+-- with the claims swapped, each id naming a claim that the other row holds, lands neither
+select count(jobs_test.enqueue(queue => 'q-ack-cross')) from generate_series(1, 2) \g /dev/null
+create temporary table ax on commit drop as
+  select row_number() over (order by c.id) as n, c.id, c.claim
+    from jobs.claim_v1(queues => array['q-ack-cross'], worker_id => 'w-cross', batch_size => 2) c;
+select jobs_test.lapse(id) from ax where n = 1 \g /dev/null
+select count(*) from jobs.claim_v1(queues => array['q-ack-cross'], worker_id => 'w-cross',
+                                   batch_size => 2) \g /dev/null
+update ax set claim = j.claims from jobs.jobs_live j where j.id = ax.id;
+select results_eq(
+  $$select j.claims, j.state from ax join jobs.jobs_live j on j.id = ax.id order by ax.n$$,
+  $$values (2::bigint, 'running'), (1::bigint, 'running')$$,
+  'the first row is claimed again by the same worker, the second still under its first claim');
+select results_eq(
+  $$select r.landed
+      from jobs.ack_many_v1(worker_id => 'w-cross',
+                            ids => array(select id from ax order by n),
+                            claims => array(select claim from ax order by n desc)) r$$,
+  $$values (false), (false)$$,
+  'ack_many_v1 with each id given the other''s claim lands neither');
+select results_eq(
+  $$select r.landed
+      from jobs.ack_many_v1(worker_id => 'w-cross',
+                            ids => array(select id from ax where n = 1 union all
+                                         select id from ax where n = 1),
+                            claims => array[1, 2]::bigint[]) r$$,
+  $$values (false), (true)$$,
+  'an id named twice lands under its current claim only');
+select results_eq(
+  $$select j.state from ax join jobs.jobs j on j.id = ax.id order by ax.n$$,
+  $$values ('done'), ('running')$$,
+  'the swapped ack left both rows running; the second ack settled the first');
 select results_eq(
   $$select landed from jobs.ack_many_v1(worker_id => 'w-other',
                                         ids => array(select id from am where n = 2),

@@ -1,0 +1,29 @@
+"""The ack without a separate row lock
+
+Revision ID: 0024
+Revises: 0023
+Create Date: 2026-12-04
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from durajobs._db.migrations import apply_sql_file, close_to_public
+
+revision = "0024"
+down_revision = "0023"
+branch_labels = None
+depends_on = None
+
+HERE = Path(__file__).parent
+
+
+def upgrade() -> None:
+    apply_sql_file(HERE / f"{revision}_upgrade.sql")
+    close_to_public()
+
+
+def downgrade() -> None:
+    apply_sql_file(HERE / f"{revision}_downgrade.sql")
+    close_to_public()  # the functions made again take PUBLIC's default grant
