@@ -408,7 +408,6 @@ class Attempt:
         self,
         claimed: ClaimedJob,
         registry: Registry,
-        *,
         db: Database,
         signal: CancelSignal,
         lease: Lease,
@@ -430,7 +429,8 @@ class Attempt:
         self._reporter: ProgressReporter | None = None
         self._batch = settler
         self._one_settler: _Settler | None = None  # made when the verdict needs one
-        self._records: dict[str, StepRecord] = {}
+        # the run's stored steps, read before the body when it may have some (None: none)
+        self._records: dict[str, StepRecord] | None = None
         self._book: StepBook | None = None
         self._deadline: asyncio.TimerHandle | None = None
 
@@ -458,7 +458,7 @@ class Attempt:
             job = self.job
             assert job is not None, "steps need a registered job"
             self._book = new_book(
-                self._records,
+                {} if self._records is None else self._records,
                 _Writer(self._db, self.claimed, self.signal, self.lease),
                 self.signal,
                 job.step_timeout,

@@ -11,16 +11,19 @@ from collections.abc import Callable
 
 from durajobs.errors import Aborted, DurajobsError
 
+# One lock for every signal: it is held for a few assignments, and a signal is set once, so
+# signals never wait on each other for long; a lock of its own cost every attempt an allocation.
+_LOCK = threading.Lock()
+
 
 class CancelSignal:
     """A one-shot, thread-safe cancellation with a reason."""
 
-    __slots__ = ("_callbacks", "_event", "_lock", "listener", "reason")
+    __slots__ = ("_callbacks", "_event", "listener", "reason")
 
     def __init__(self) -> None:
         # made only when a thread waits: most attempts never do, and every attempt has a signal
         self._event: threading.Event | None = None
-        self._lock = threading.Lock()
         # made on the first on_cancel: a worker's attempt is told through `listener` instead
         self._callbacks: list[Callable[[DurajobsError], object]] | None = None
         self.reason: DurajobsError | None = None
@@ -31,7 +34,7 @@ class CancelSignal:
 
     def cancel(self, reason: DurajobsError) -> bool:
         """Set the signal; the first reason wins. Answers whether this call set it."""
-        with self._lock:
+        with _LOCK:
             if self.reason is not None:
                 return False
             self.reason = reason
@@ -48,7 +51,7 @@ class CancelSignal:
 
     def on_cancel(self, callback: Callable[[DurajobsError], object]) -> None:
         """Call `callback(reason)` when the signal is set (at once if it already is)."""
-        with self._lock:
+        with _LOCK:
             if self.reason is None:
                 if self._callbacks is None:
                     self._callbacks = []
@@ -71,7 +74,7 @@ class CancelSignal:
 
     def wait(self, timeout: float | None = None) -> bool:
         """Block a thread until the signal is set or `timeout` seconds pass."""
-        with self._lock:
+        with _LOCK:
             if self.reason is not None:
                 return True
             if self._event is None:

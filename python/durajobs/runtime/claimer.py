@@ -24,11 +24,13 @@ from collections import Counter
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from datetime import timedelta
+from operator import attrgetter
 from typing import Any
 
 from durajobs._db import calls
 from durajobs._db.database import AsyncDatabase
 from durajobs._values.records import ClaimedJob
+from durajobs._values.states import JobState
 from durajobs.declare.registry import Registry, Settled
 from durajobs.errors import JobKeyBusy
 from durajobs.observe.metrics import WorkerMetrics
@@ -48,6 +50,9 @@ LAPSED_SCAN_INTERVAL = 1.0  # seconds
 MAX_CLAIM = 500
 # claim statements kept written (one per set of queues a claim names, in order)
 MAX_KEPT_STATEMENTS = 256
+
+RUNNING = JobState.RUNNING
+_queue_of = attrgetter("queue")
 
 
 @dataclass(frozen=True)
@@ -308,7 +313,7 @@ class ClaimLoop:
         waiting) the next claim is sent first."""
         # claimed rows start first: a slow on_settled hook of a buried row must not eat into
         # their leases
-        claimed = [row for row in rows if not row.buried]
+        claimed = [row for row in rows if row.state is RUNNING]  # not row.buried: no call a row
         if not self.accepting:
             # drained while the claim was in flight: hand the rows back, uncounted
             for row in claimed:
@@ -321,7 +326,7 @@ class ClaimLoop:
             claimed = []
         # a partial batch emptied the queue: a pickup starts its row at once
         if claimed and full and self._ahead is None:
-            reserved = Counter(row.queue for row in claimed)
+            reserved = Counter(map(_queue_of, claimed))
             self._reserved += reserved
             try:
                 if self.room() > 0:
@@ -336,7 +341,9 @@ class ClaimLoop:
             last = claimed[-1].queue
             position = self._queues.index(last) if last in self._queues else -1
             self._rotation = (position + 1) % len(self._queues)
-        for row in (row for row in rows if row.buried):
+        for row in rows if len(claimed) < len(rows) else ():
+            if not row.buried:
+                continue
             outcome = _buried_outcome(row)
             self._metrics.observe(row.queue, outcome)
             if outcome is Outcome.REFUSED:

@@ -95,9 +95,9 @@ class LeaseRenewer:
         self.spawn: Spawn = spawn_loose  # the worker's supervisor once it runs
 
     def hold(
-        self, claimed: ClaimedJob, signal: CancelSignal, *, since: float, limited: bool = False
+        self, claimed: ClaimedJob, signal: CancelSignal, since: float, limited: bool = False
     ) -> HeldLease:
-        """Start keeping the lease of a claimed attempt."""
+        """Start keeping the lease of a claimed attempt (positional: one is held a job)."""
         lease = HeldLease(self, claimed, signal, since, limited)
         self._held[lease] = None
         if len(self._held) == 1:

@@ -55,9 +55,8 @@ class _Held(Attempt):
         settler: Settler,
         loop: asyncio.AbstractEventLoop,
     ) -> None:
-        super().__init__(
-            row, registry, db=db, signal=signal, lease=lease, settler=settler, loop=loop
-        )
+        # positionally, and not through super(): one is made a job
+        Attempt.__init__(self, row, registry, db, signal, lease, settler, None, loop)
         self.runner = runner
         self.future: asyncio.Future[Any] | None = None  # the body's task, started at once
         self.body: Body | None = None  # what conclude() reads, once the verdict needs it
@@ -163,7 +162,7 @@ class AttemptRunner:
     ) -> None:
         """Start one claimed row; `traced`: whether an attempt gets a span of its own."""
         signal = CancelSignal()
-        lease = self._leases.hold(row, signal, since=asked, limited=row.name in self._limited)
+        lease = self._leases.hold(row, signal, asked, row.name in self._limited)
         held = _Held(self, row, self._registry, self._db, signal, lease, self._settler, loop)
         self.running[held] = None
         self.taken += 1
