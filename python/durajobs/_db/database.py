@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import time
-import weakref
 from typing import Any, TypeVar
 
 import psycopg
@@ -29,6 +28,14 @@ DEFAULT_WAIT_SECONDS = 30.0
 CONNECT_TIMEOUT_SECONDS = 5
 
 
+class PooledConnection(psycopg.AsyncConnection[Any]):
+    """A connection of an AsyncDatabase's pool, which notes when it last went back to the pool
+    (on this process's clock; None: not yet). An attribute, not a weak dictionary's entry: those
+    cost every call two Python-level lookups, a pickup's among them."""
+
+    returned_at: float | None = None
+
+
 class AsyncDatabase:
     """Run calls on pooled autocommit connections: each call is its own short transaction."""
 
@@ -43,20 +50,17 @@ class AsyncDatabase:
         self.database_url = database_url
         self._sizes = (min_size, max_size)
         self._wait_timeout = wait_timeout
-        self._returned: weakref.WeakKeyDictionary[psycopg.AsyncConnection[Any], float] = (
-            weakref.WeakKeyDictionary()
-        )
         self.pool = self._new_pool()
         # the connection kept out of the pool between calls (_give_back); the one being kept
         # call after call (it may be out on a call now), and since when
-        self._kept: psycopg.AsyncConnection[Any] | None = None
-        self._keeping: psycopg.AsyncConnection[Any] | None = None
+        self._kept: PooledConnection | None = None
+        self._keeping: PooledConnection | None = None
         self._keeping_since = 0.0
         self._waiting = 0  # calls waiting for a connection from the pool
         # when a call last got its answer, on this process's clock: what readiness is judged on
         self.last_answer: float | None = None
 
-    def _new_pool(self) -> AsyncConnectionPool[psycopg.AsyncConnection[Any]]:
+    def _new_pool(self) -> AsyncConnectionPool[PooledConnection]:
         kwargs: dict[str, Any] = {"autocommit": True}
         if "connect_timeout" not in psycopg.conninfo.conninfo_to_dict(self.database_url):
             kwargs["connect_timeout"] = CONNECT_TIMEOUT_SECONDS
@@ -64,6 +68,7 @@ class AsyncDatabase:
         # worker whose backends were all terminated stalled for up to 30 s; run() checks instead
         return AsyncConnectionPool(
             self.database_url,
+            connection_class=PooledConnection,
             min_size=self._sizes[0],
             max_size=self._sizes[1],
             kwargs=kwargs,
@@ -71,15 +76,16 @@ class AsyncDatabase:
             open=False,
         )
 
-    def _stamp_returned(self, connection: psycopg.AsyncConnection[Any]) -> None:
+    @staticmethod
+    def _stamp_returned(connection: PooledConnection) -> None:
         """Note when `connection` goes back to the pool. Noted here rather than by the pool's
         reset hook, which it awaits on every return: 20 us a call."""
-        self._returned[connection] = time.monotonic()
+        connection.returned_at = time.monotonic()
 
-    async def _alive(self, connection: psycopg.AsyncConnection[Any]) -> bool:
+    async def _alive(self, connection: PooledConnection) -> bool:
         """A connection that idled is asked one empty query; a dead one is closed, which makes
         the pool drop it and open another when it is given back."""
-        returned = self._returned.get(connection)
+        returned = connection.returned_at
         if returned is not None and time.monotonic() - returned < CHECK_AFTER_IDLE_SECONDS:
             return True
         try:
@@ -126,7 +132,7 @@ class AsyncDatabase:
         finally:
             await self._give_back(connection)
 
-    async def _take(self) -> psycopg.AsyncConnection[Any]:
+    async def _take(self) -> PooledConnection:
         """The connection kept from the last call, else one from the pool. Not
         pool.connection(): its `async with connection` commits on the way out, which on an
         autocommit connection only takes the connection's lock."""
@@ -139,7 +145,7 @@ class AsyncDatabase:
         finally:
             self._waiting -= 1
 
-    async def _give_back(self, connection: psycopg.AsyncConnection[Any]) -> None:
+    async def _give_back(self, connection: PooledConnection) -> None:
         """Keep one idle connection out of the pool for the next call: taking it and giving it
         back costs a worker's pickup about 0.05 ms between its wake and its body otherwise. Kept
         for KEEP_SECONDS at most, so the pool's own rules (a connection's lifetime, a drain)
@@ -160,7 +166,7 @@ class AsyncDatabase:
             self._keeping = None
         await self.pool.putconn(connection)
 
-    async def _run_on(self, connection: psycopg.AsyncConnection[Any], call: Call[T]) -> T:
+    async def _run_on(self, connection: PooledConnection, call: Call[T]) -> T:
         try:
             answer = await execute_async(connection, call)
         finally:

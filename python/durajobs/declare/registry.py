@@ -464,6 +464,7 @@ class Registry:
                 detail={"field": "redact"},
             )
         self._jobs: dict[str, Job[Any]] = {}
+        self._dropped: tuple[str, ...] | None = None  # dropped_when_exhausted(), kept
         self._tasks: dict[str, Task] = {}
         self._backfills: dict[str, Backfill] = {}
         self.redact = tuple(redact)
@@ -579,6 +580,7 @@ class Registry:
                 output_model=output,
             )
             self._jobs[name] = declared
+            self._dropped = None
             return declared
 
         return declare
@@ -786,6 +788,13 @@ class Registry:
 
     def jobs(self) -> list[Job[Any]]:
         return [self._jobs[name] for name in self.names()]
+
+    def dropped_when_exhausted(self) -> tuple[str, ...]:
+        """The jobs whose exhausted runs end 'failed' rather than 'dead' (`dead_letter=False`),
+        by name; kept until the next declaration, as a worker asks on every claim."""
+        if self._dropped is None:
+            self._dropped = tuple(job.name for job in self.jobs() if not job.retry.dead_letter)
+        return self._dropped
 
     def declare(
         self, using: object = None, *, declared_by: str, replace: bool = False

@@ -259,7 +259,7 @@ class ClaimLoop:
         size = min(size, self.room(), *(self._queue_room(queue) for queue in queues))
         if size <= 0 or not self.accepting:
             return 0
-        dropping = [job.name for job in self._registry.jobs() if not job.retry.dead_letter]
+        dropping = self._registry.dropped_when_exhausted()
         asked = time.monotonic()  # the lease runs from the claim, not from the attempt's start
         recover = any(
             asked - self._lapsed_scanned.get(queue, -math.inf) >= LAPSED_SCAN_INTERVAL
@@ -295,9 +295,9 @@ class ClaimLoop:
             self.claim_cut = True
             raise
 
-    def _statement(self, queues: list[str], dropping: list[str]) -> calls.WorkerClaim:
+    def _statement(self, queues: list[str], dropping: tuple[str, ...]) -> calls.WorkerClaim:
         """The claim statement of these queues and jobs to drop, written once and kept."""
-        key = (tuple(queues), tuple(dropping))
+        key = (tuple(queues), dropping)
         statement = self._statements.get(key)
         if statement is None:
             if len(self._statements) >= MAX_KEPT_STATEMENTS:
@@ -337,6 +337,9 @@ class ClaimLoop:
             finally:
                 self._reserved -= reserved
         self._runner.start_all(claimed, asked)
+        if claimed and not full:
+            # a pickup: its bodies take their first step now, before this pass's bookkeeping
+            await asyncio.sleep(0)
         if claimed:
             last = claimed[-1].queue
             position = self._queues.index(last) if last in self._queues else -1

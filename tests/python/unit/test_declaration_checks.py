@@ -357,3 +357,28 @@ def test_enqueue_without_a_database_is_driver_unavailable():
     # an invalid input is still reported as such first
     with pytest.raises(JobInputInvalid):
         job.enqueue({"invoice_id": "x", "org_id": "acme"})
+
+
+def test_the_jobs_dropped_when_exhausted_follow_every_declaration():
+    # a worker asks on every claim and the answer is kept: a job declared after the first ask
+    # must still be in the next answer, or its exhausted runs would go 'dead' instead of 'failed'
+    registry = durajobs.Registry()
+
+    @registry.job(name="kept", input=Invoice, idempotency_key=invoice_key, tenant="none")
+    async def kept(ctx: durajobs.JobContext[Invoice]) -> None:
+        return None
+
+    assert registry.dropped_when_exhausted() == ()
+
+    @registry.job(
+        name="dropped",
+        input=Invoice,
+        idempotency_key=invoice_key,
+        tenant="none",
+        retry=RetryPolicy(dead_letter=False),
+    )
+    async def dropped(ctx: durajobs.JobContext[Invoice]) -> None:
+        return None
+
+    assert registry.dropped_when_exhausted() == ("dropped",)
+    assert registry.dropped_when_exhausted() is registry.dropped_when_exhausted()
