@@ -706,8 +706,8 @@ begin
            and j.run_at <= v_now
            -- a pause is a row, read here, so it takes effect at every worker's next claim
            and not exists (select 1 from jobs.queue_pauses p where p.queue = claim_v1.queues[1])
-           and not exists (select 1 from jobs.declarations d where d.concurrency is not null)
-           and not exists (select 1 from jobs.limit_rules)
+           -- no limit stands (018_limits_standing: one row, not the two tables it counts)
+           and not exists (select 1 from jobs.limits_standing l where l.standing > 0)
          order by j.priority, j.run_at, j.id
          limit claim_v1.batch_size
            for update skip locked
@@ -759,8 +759,7 @@ begin
                                      v_taken_q, v_taken_p, v_taken_r, v_ids);
     end if;
     if v_taken > 0
-       or not (exists (select 1 from jobs.declarations d where d.concurrency is not null)
-               or exists (select 1 from jobs.limit_rules)) then
+       or not exists (select 1 from jobs.limits_standing l where l.standing > 0) then
       return;
     end if;
     -- nothing handed out while a limit stands: the general claim hands out under it
@@ -772,8 +771,7 @@ begin
                                                 from jobs.queue_pauses p
                                                where p.queue = q.name)),
                   '{}'),
-         exists (select 1 from jobs.declarations d where d.concurrency is not null)
-           or exists (select 1 from jobs.limit_rules)
+         exists (select 1 from jobs.limits_standing l where l.standing > 0)
     into v_queues, v_limited
     from unnest(claim_v1.queues) as q(name);
 

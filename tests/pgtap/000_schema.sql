@@ -11,7 +11,7 @@ select has_schema('jobs', 'schema jobs exists');
 select tables_are('jobs', array['jobs_live', 'jobs_history', 'jobs_history_done',
                                 'jobs_history_done_default', 'jobs_history_ended', 'steps', 'queue_pauses', 'error_codes', 'outbox',
                                 'events', 'scheduler_tasks', 'scheduler_leases', 'workers',
-                                'counter_buckets', 'declarations', 'limit_rules', 'limit_starts', 'size_limits', 'roles', 'wake_secret', 'tenant_bindings', 'redacted_keys', 'purge_cursor',
+                                'counter_buckets', 'declarations', 'limit_rules', 'limit_starts', 'limits_standing', 'size_limits', 'roles', 'wake_secret', 'tenant_bindings', 'redacted_keys', 'purge_cursor',
                                 'backfills', 'webhook_endpoints', 'webhook_attempts', 'result_waits',
                                 'alembic_version'],
                   'schema jobs holds exactly the tables the functions need, and alembic_version');

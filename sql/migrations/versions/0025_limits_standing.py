@@ -1,0 +1,29 @@
+"""One counted row for whether any limit stands
+
+Revision ID: 0025
+Revises: 0024
+Create Date: 2026-12-04
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from durajobs._db.migrations import apply_sql_file, close_to_public
+
+revision = "0025"
+down_revision = "0024"
+branch_labels = None
+depends_on = None
+
+HERE = Path(__file__).parent
+
+
+def upgrade() -> None:
+    apply_sql_file(HERE / f"{revision}_upgrade.sql")
+    close_to_public()
+
+
+def downgrade() -> None:
+    apply_sql_file(HERE / f"{revision}_downgrade.sql")
+    close_to_public()  # the functions made again take PUBLIC's default grant
