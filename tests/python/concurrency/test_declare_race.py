@@ -12,6 +12,7 @@ import pytest
 from durajobs import Declared, DeclareOutcome
 from durajobs._db import calls
 from durajobs._db.execute import execute
+from support.waiting import waits_on_a_lock
 
 
 def _declare(connection: psycopg.Connection, queue: str, by: str) -> Declared:
@@ -19,13 +20,6 @@ def _declare(connection: psycopg.Connection, queue: str, by: str) -> Declared:
         "race", queue=queue, max_attempts=2, priority=0, tenant_required=False, declared_by=by
     )
     return execute(connection, call)
-
-
-def _waiting_on_a_lock(observer: psycopg.Connection, pid: int) -> bool:
-    row = observer.execute(
-        "select wait_event_type from pg_stat_activity where pid = %s", [pid]
-    ).fetchone()
-    return row is not None and row[0] == "Lock"
 
 
 @pytest.mark.parametrize(
@@ -47,7 +41,7 @@ def test_a_declaration_racing_an_uncommitted_one_is_compared_against_it(
         )
         racing.start()
         deadline = time.monotonic() + 10
-        while not _waiting_on_a_lock(observer, second.info.backend_pid):
+        while not waits_on_a_lock(observer, second.info.backend_pid):
             assert time.monotonic() < deadline, "the second declaration never waited"
             time.sleep(0.01)
         assert answers == [], "the second declaration answered before the first committed"

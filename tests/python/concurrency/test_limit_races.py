@@ -16,6 +16,7 @@ import pytest
 from durajobs import ArgumentInvalid, ClaimedJob
 from durajobs._db import calls
 from durajobs._db.execute import execute
+from support.waiting import waits_on_a_lock
 
 
 def _limited(database_url: str, queues: list[str], limit: str = "declared") -> None:
@@ -41,13 +42,6 @@ def _limited(database_url: str, queues: list[str], limit: str = "declared") -> N
             execute(connection, calls.enqueue("one", {}, f"k{n}", queue=queue, tenant_id="acme"))
 
 
-def _waiting_on_a_lock(observer: psycopg.Connection, pid: int) -> bool:
-    row = observer.execute(
-        "select wait_event_type from pg_stat_activity where pid = %s", [pid]
-    ).fetchone()
-    return row is not None and row[0] == "Lock"
-
-
 @pytest.mark.parametrize("limit", ["declared", "tenant", "rate"])
 @pytest.mark.parametrize(("first_commits", "second_gets"), [(True, 0), (False, 1)])
 def test_a_second_claimer_counts_the_first_ones_claim(
@@ -66,7 +60,7 @@ def test_a_second_claimer_counts_the_first_ones_claim(
         )
         racing.start()
         deadline = time.monotonic() + 10
-        while not _waiting_on_a_lock(observer, second.info.backend_pid):
+        while not waits_on_a_lock(observer, second.info.backend_pid):
             assert time.monotonic() < deadline, "the second claim never waited for the first"
             time.sleep(0.01)
         if first_commits:

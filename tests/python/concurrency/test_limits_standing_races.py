@@ -6,7 +6,6 @@ them commits first."""
 from __future__ import annotations
 
 import threading
-import time
 from typing import Any
 
 import psycopg
@@ -14,6 +13,7 @@ import pytest
 
 from durajobs._db import calls
 from durajobs._db.execute import execute
+from support.waiting import wait_until, waits_on_a_lock
 
 COUNTED = (
     "select (select l.standing from jobs.limits_standing l),"
@@ -65,13 +65,6 @@ RACES = {
 }
 
 
-def _waits_on_a_lock(observer: psycopg.Connection[Any], pid: int) -> bool:
-    row = observer.execute(
-        "select wait_event_type from pg_stat_activity where pid = %s", [pid]
-    ).fetchone()
-    return row is not None and row[0] == "Lock"
-
-
 @pytest.mark.parametrize("first_commits", [True, False])
 @pytest.mark.parametrize("race", list(RACES))
 def test_a_second_writer_of_limits_counts_the_first_ones_limit(
@@ -95,11 +88,11 @@ def test_a_second_writer_of_limits_counts_the_first_ones_limit(
 
         writer = threading.Thread(target=write)
         writer.start()
-        deadline = time.monotonic() + 10
-        while not _waits_on_a_lock(observer, second.info.backend_pid):
-            assert writer.is_alive(), failures
-            assert time.monotonic() < deadline, "the second writer never waited for the first"
-            time.sleep(0.01)
+        wait_until(
+            lambda: waits_on_a_lock(observer, second.info.backend_pid) or failures,
+            what="the second writer waiting for the first",
+        )
+        assert failures == []
         if first_commits:
             first.commit()
         else:

@@ -36,3 +36,11 @@ def clock_at(database_url: str, instant: datetime) -> str:
     return psycopg.conninfo.make_conninfo(
         database_url, options=f"-c durajobs.now={instant.isoformat()}"
     )
+
+
+def waits_on_a_lock(observer: psycopg.Connection, pid: int) -> bool:
+    """Whether the backend `pid` is waiting for a lock now (read on `observer`)."""
+    row = observer.execute(
+        "select wait_event_type from pg_stat_activity where pid = %s", [pid]
+    ).fetchone()
+    return row is not None and row[0] == "Lock"
