@@ -314,6 +314,7 @@ class ClaimLoop:
         # claimed rows start first: a slow on_settled hook of a buried row must not eat into
         # their leases
         claimed = [row for row in rows if row.state is RUNNING]  # not row.buried: no call a row
+        buried = [row for row in rows if row.buried] if len(claimed) < len(rows) else []
         if not self.accepting:
             # drained while the claim was in flight: hand the rows back, uncounted
             for row in claimed:
@@ -344,9 +345,7 @@ class ClaimLoop:
             last = claimed[-1].queue
             position = self._queues.index(last) if last in self._queues else -1
             self._rotation = (position + 1) % len(self._queues)
-        for row in rows if len(claimed) < len(rows) else ():
-            if not row.buried:
-                continue
+        for row in buried:
             outcome = _buried_outcome(row)
             self._metrics.observe(row.queue, outcome)
             if outcome is Outcome.REFUSED:
