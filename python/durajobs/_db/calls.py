@@ -242,7 +242,7 @@ class WorkerClaim:
     its size and whether it scans for lapsed leases. Adapting the lists and the interval on
     every call was about a tenth of an idle worker's pickup claim."""
 
-    __slots__ = ("_decode", "_sql")
+    __slots__ = ("_calls", "_decode", "_sql")
 
     def __init__(
         self,
@@ -271,14 +271,21 @@ class WorkerClaim:
             return [ClaimedJob.from_worker_row(row, worker_id) for row in rows]
 
         self._decode = decode
+        # the calls made so far, by (batch_size, recover_lapsed): at most 2,000, and a worker
+        # meets few (an idle worker's pickup asks for the same size every time)
+        self._calls: dict[tuple[int, bool], Call[list[ClaimedJob]]] = {}
 
     def __call__(self, batch_size: int, *, recover_lapsed: bool) -> Call[list[ClaimedJob]]:
-        return Call(
-            function="jobs.claim_v1",
-            sql=self._sql,
-            params={"batch_size": batch_size, "recover_lapsed": recover_lapsed},
-            decode=self._decode,
-        )
+        key = (batch_size, recover_lapsed)
+        call = self._calls.get(key)
+        if call is None:
+            call = self._calls[key] = Call(
+                function="jobs.claim_v1",
+                sql=self._sql,
+                params={"batch_size": batch_size, "recover_lapsed": recover_lapsed},
+                decode=self._decode,
+            )
+        return call
 
 
 def ack(fence: Fence) -> Call[bool]:

@@ -41,10 +41,16 @@ def execute(connection: psycopg.Connection[Any], call: Call[T]) -> T:
 
 async def execute_async(connection: psycopg.AsyncConnection[Any], call: Call[T]) -> T:
     """Run `call` on an async `connection` and decode its rows."""
+    async with connection.cursor() as cursor:
+        return await execute_on_cursor_async(cursor, call)
+
+
+async def execute_on_cursor_async(cursor: psycopg.AsyncCursor[Any], call: Call[T]) -> T:
+    """Run `call` on an open async `cursor` (its connection's transaction, if one is open) and
+    decode its rows: for a caller that keeps one cursor for many calls."""
     try:
-        async with connection.cursor() as cursor:
-            await cursor.execute(call.sql.encode(), call.params)
-            rows = await cursor.fetchall()
+        await cursor.execute(call.sql.encode(), call.params)
+        rows = await cursor.fetchall()
     except psycopg.Error as error:
         translated = from_database_error(error)
         if translated is error:

@@ -366,7 +366,7 @@ class Worker:
                 self._wake = QueueWake(
                     self.db.database_url,
                     tokens,
-                    self.kick,
+                    self._claims.kick,  # the same as self.kick, one call less
                     lambda token: self.db.run(calls.wake_probe(token)),
                 )
                 self._wake.start(self._spawn)

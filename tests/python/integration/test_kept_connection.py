@@ -98,3 +98,62 @@ def test_closing_gives_the_kept_connection_back_and_ends_every_session(database_
         return left
 
     assert asyncio.run(scenario()) == before
+
+
+def test_every_call_on_a_connection_runs_on_its_one_kept_cursor(database_url):
+    async def scenario() -> tuple[set[int], list[int]]:
+        db = AsyncDatabase(database_url, min_size=1, max_size=1)
+        await db.open()
+        try:
+            cursors, answers = set(), []
+            for _ in range(3):
+                answers.append(await db.run(BACKEND))
+                kept = db._kept
+                assert kept is not None
+                cursor = kept.kept_cursor()
+                # the call's answer is still on the cursor: the call ran on it
+                assert cursor.pgresult is not None
+                cursors.add(id(cursor))
+            return cursors, answers
+        finally:
+            await db.close()
+
+    cursors, answers = asyncio.run(scenario())
+    assert len(cursors) == 1, "each call made a cursor of its own"
+    assert len(set(answers)) == 1
+
+
+def test_a_failed_call_leaves_the_kept_cursor_answering_the_next(database_url):
+    failing = calls.Call("jobs.enqueue", "select 1/0", {}, lambda rows: rows[0][0])
+
+    async def scenario() -> int:
+        db = AsyncDatabase(database_url, min_size=1, max_size=1)
+        await db.open()
+        try:
+            with pytest.raises(psycopg.errors.DivisionByZero):
+                await db.run(failing)
+            return await db.run(calls.Call("one", "select 41 + 1", {}, lambda rows: rows[0][0]))
+        finally:
+            await db.close()
+
+    assert asyncio.run(scenario()) == 42
+
+
+def test_a_closed_kept_cursor_is_replaced(database_url):
+    async def scenario() -> tuple[bool, int]:
+        db = AsyncDatabase(database_url, min_size=1, max_size=1)
+        await db.open()
+        try:
+            first = await db.run(BACKEND)
+            kept = db._kept
+            assert kept is not None
+            old = kept.kept_cursor()
+            await old.close()
+            second = await db.run(BACKEND)
+            return kept.kept_cursor() is not old, second - first
+        finally:
+            await db.close()
+
+    replaced, moved = asyncio.run(scenario())
+    assert replaced
+    assert moved == 0, "the call ran on another connection"

@@ -54,6 +54,18 @@ def test_a_worker_s_claim_reads_a_run_id_only_where_it_is_not_the_job_s_own_id()
     assert [(row.id, row.run_id) for row in decoded] == [(own, own), (requeued, run)]
 
 
+def test_a_worker_s_claim_is_built_once_for_each_size_and_scan():
+    claim = calls.WorkerClaim(["default"], "w", visibility=timedelta(seconds=30), drop_exhausted=[])
+    pickup = claim(500, recover_lapsed=False)
+    assert claim(500, recover_lapsed=False) is pickup
+    others = [claim(500, recover_lapsed=True), claim(7, recover_lapsed=False)]
+    assert [call.params for call in others] == [
+        {"batch_size": 500, "recover_lapsed": True},
+        {"batch_size": 7, "recover_lapsed": False},
+    ]
+    assert pickup.params == {"batch_size": 500, "recover_lapsed": False}
+
+
 def test_a_claim_builds_each_row_s_fence_from_its_own_worker_id():
     first, second = uuid4(), uuid4()
     decoded = calls.claim(["default"], "w-42").decode(
