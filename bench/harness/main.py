@@ -60,6 +60,9 @@ QUICK = Plan(
 )
 
 
+_FAILURES = (measures.SystemFailed, OSError, TimeoutError, psycopg.Error)
+
+
 def _log(message: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
 
@@ -69,65 +72,108 @@ def _repeat(reps: int, what: str, measure: Callable[[], float]) -> list[float] |
     for rep in range(reps):
         try:
             values.append(measure())
-        except (measures.SystemFailed, OSError, TimeoutError, psycopg.Error) as failure:
+        except _FAILURES as failure:
             _log(f"{what} failed: {failure}")
             return f"failed: {str(failure).splitlines()[0][:120]}"
         _log(f"{what} #{rep + 1}: {values[-1]:.2f}")
     return values
 
 
-def measure_system(system: System, plan: Plan) -> dict[str, Any]:
+def _rounds(
+    systems: list[System], reps: int, what: str, measure: Callable[[System], float]
+) -> dict[str, list[float] | str]:
+    """`measure` each system in turn, round after round (A, B, A, B, ...), not each system's
+    repetitions in a block: the machine's pace drifts over a run (the same tree's burn-down
+    moved 1.4x within an hour), and in rounds the drift reaches every system alike, so the
+    ratios between them hold it out. A system that fails is left out of the rounds after."""
+    results: dict[str, list[float] | str] = {system.name: [] for system in systems}
+    for rep in range(reps):
+        for system in systems:
+            values = results[system.name]
+            if isinstance(values, str):
+                continue
+            try:
+                values.append(measure(system))
+            except _FAILURES as failure:
+                _log(f"{system.name} {what} failed: {failure}")
+                results[system.name] = f"failed: {str(failure).splitlines()[0][:120]}"
+                continue
+            _log(f"{system.name} {what} #{rep + 1}: {values[-1]:.2f}")
+    return results
+
+
+def measure_in_rounds(systems: list[System], plan: Plan) -> dict[str, dict[str, Any]]:
+    """The repeated measures (enqueue, burn-down, steady state, pickup), in rounds across the
+    systems that take each."""
+    by_system: dict[str, dict[str, Any]] = {system.name: {} for system in systems}
+
+    def takers(key: str) -> list[System]:
+        return [system for system in systems if key not in plan.skip and system.takes(key)]
+
+    def record(key: str, results: dict[str, list[float] | str]) -> None:
+        for name, values in results.items():
+            by_system[name][key] = values
+
+    def enqueue_single(system: System) -> float:
+        return measures.enqueue_rate(system, "single", plan.single_jobs)
+
+    def enqueue_bulk(system: System) -> float:
+        return measures.enqueue_rate(system, "bulk", plan.bulk_jobs)
+
+    enqueuers = takers("enqueue")
+    record("enqueue_single", _rounds(enqueuers, plan.reps, "enqueue single", enqueue_single))
+    record("enqueue_bulk", _rounds(enqueuers, plan.reps, "enqueue bulk", enqueue_bulk))
+    burns: dict[str, list[measures.BurnDown]] = {}
+
+    def burn(system: System) -> float:
+        burned = measures.burn_down(system, plan.burn_jobs)  # a failure records nothing
+        burns.setdefault(system.name, []).append(burned)
+        return burned.jobs_per_second
+
+    record("burn_down", _rounds(takers("burn"), plan.reps, "burn-down", burn))
+    for name, burned in burns.items():
+        by_system[name]["peak_rss_mb"] = [b.peak_rss_kb / 1024 for b in burned]
+        by_system[name]["config"] = burned[-1].config
+    # the steady state runs at 80 % of each system's own burn-down
+    rates = {
+        system.name: 0.8 * statistics.median(by_system[system.name]["burn_down"])
+        for system in takers("steady")
+        if isinstance(by_system[system.name].get("burn_down"), list)
+    }
+    steadies: dict[str, list[measures.Steady]] = {}
+
+    def steady(system: System) -> float:
+        held = measures.steady_state(system, rates[system.name], plan.steady_seconds)
+        steadies.setdefault(system.name, []).append(held)
+        return held.jobs_per_second
+
+    steady_systems = [system for system in takers("steady") if system.name in rates]
+    record("steady", _rounds(steady_systems, plan.reps, "steady at 80 % of its burn-down", steady))
+    for name, held in steadies.items():
+        by_system[name]["steady_depth"] = held[-1].depth
+        by_system[name]["steady_rate"] = rates[name]
+    samples: dict[str, list[list[float]]] = {}
+
+    def latency(system: System) -> float:
+        taken = measures.pickup_latency(system, plan.latency_samples)
+        samples.setdefault(system.name, []).append(taken)
+        return statistics.median(taken)
+
+    record("latency_p50", _rounds(takers("latency"), plan.reps, "pickup p50 ms", latency))
+    for name, taken in samples.items():
+        by_system[name]["latency_p95"] = [measures.percentile(s, 0.95) for s in taken]
+        by_system[name]["latency_p99"] = [measures.percentile(s, 0.99) for s in taken]
+    return by_system
+
+
+def measure_once(system: System, plan: Plan) -> dict[str, Any]:
+    """The measures made once a system, one system after another: idle, health, horizon."""
     results: dict[str, Any] = {}
     name = system.name
 
     def wanted(key: str) -> bool:
         return key not in plan.skip and system.takes(key)
 
-    if wanted("enqueue"):
-        results["enqueue_single"] = _repeat(
-            plan.reps,
-            f"{name} enqueue single",
-            lambda: measures.enqueue_rate(system, "single", plan.single_jobs),
-        )
-        results["enqueue_bulk"] = _repeat(
-            plan.reps,
-            f"{name} enqueue bulk",
-            lambda: measures.enqueue_rate(system, "bulk", plan.bulk_jobs),
-        )
-    burns: list[measures.BurnDown] = []
-    if wanted("burn"):
-
-        def burn() -> float:
-            burns.append(measures.burn_down(system, plan.burn_jobs))
-            return burns[-1].jobs_per_second
-
-        results["burn_down"] = _repeat(plan.reps, f"{name} burn-down", burn)
-        if burns:
-            results["peak_rss_mb"] = [b.peak_rss_kb / 1024 for b in burns]
-            results["config"] = burns[-1].config
-    if wanted("steady") and isinstance(results.get("burn_down"), list):
-        rate = 0.8 * statistics.median(results["burn_down"])
-        steadies: list[measures.Steady] = []
-
-        def steady() -> float:
-            steadies.append(measures.steady_state(system, rate, plan.steady_seconds))
-            return steadies[-1].jobs_per_second
-
-        results["steady"] = _repeat(plan.reps, f"{name} steady at {rate:.0f}/s", steady)
-        if steadies:
-            results["steady_depth"] = steadies[-1].depth
-            results["steady_rate"] = rate
-    if wanted("latency"):
-        samples: list[list[float]] = []
-
-        def latency() -> float:
-            samples.append(measures.pickup_latency(system, plan.latency_samples))
-            return statistics.median(samples[-1])
-
-        results["latency_p50"] = _repeat(plan.reps, f"{name} pickup p50 ms", latency)
-        if samples:
-            results["latency_p95"] = [measures.percentile(s, 0.95) for s in samples]
-            results["latency_p99"] = [measures.percentile(s, 0.99) for s in samples]
     if wanted("idle"):
         results["idle"] = _repeat(
             1,
@@ -141,7 +187,7 @@ def measure_system(system: System, plan: Plan) -> dict[str, Any]:
             )
             results["health"] = health
             _log(f"{name} health: {health}")
-        except (measures.SystemFailed, OSError, TimeoutError, psycopg.Error) as failure:
+        except _FAILURES as failure:
             results["health"] = f"failed: {str(failure).splitlines()[0][:120]}"
     if wanted("horizon"):
         try:
@@ -153,7 +199,7 @@ def measure_system(system: System, plan: Plan) -> dict[str, Any]:
             ]
             results["horizon"] = horizons
             _log(f"{name} horizon: {horizons}")
-        except (measures.SystemFailed, OSError, TimeoutError, psycopg.Error) as failure:
+        except _FAILURES as failure:
             results["horizon"] = f"failed: {str(failure).splitlines()[0][:120]}"
     return results
 
@@ -217,10 +263,10 @@ def main(argv: list[str] | None = None) -> int:
         return _soak(args)
 
     started = time.time()
-    by_system: dict[str, dict[str, Any]] = {}
-    for name in [s for s in args.systems.split(",") if s]:
-        _log(f"measuring {name}")
-        by_system[name] = measure_system(SYSTEMS[name], plan)
+    systems = [SYSTEMS[name] for name in args.systems.split(",") if name]
+    by_system = measure_in_rounds(systems, plan)
+    for system in systems:
+        by_system[system.name].update(measure_once(system, plan))
     limit = ceiling(plan) if "ceiling" not in plan.skip else "skipped"
     fan = fanout(plan) if "fanout" not in plan.skip and "durajobs" in by_system else None
     machine = {

@@ -96,3 +96,16 @@ def test_local_fields_must_come_last():
             column: int
 
             LOCAL: ClassVar[tuple[str, ...]] = ("local",)
+
+
+def test_an_array_argument_is_one_literal_of_every_kind_it_may_hold():
+    first, second = uuid4(), uuid4()
+    ids = calls._array([first, second])
+    assert ids == "{" + f"{first.hex},{second.hex}" + "}"
+    assert calls._array(iter([first])) == "{" + first.hex + "}"
+    # a None is NULL (the function refuses it with its own error), wherever it stands
+    assert calls._array([first, None]) == "{" + first.hex + ",NULL}"
+    assert calls._array([None, first]) == "{NULL," + first.hex + "}"
+    assert calls._array([7, None, 9]) == "{7,NULL,9}"
+    assert calls._array([7, 8]) == "{7,8}"
+    assert calls._array([]) == "{}"
