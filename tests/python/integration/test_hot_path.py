@@ -14,7 +14,11 @@ from support.factory import declare
 from support.models import Numbered
 from support.running import run_until
 
-JOBS = 300
+JOBS = 2000
+# a run leaves some cycles whatever its length: about 70 objects for each pooled connection
+# closed at its stop (psycopg's), two to four of them. A cycle each attempt made would leave at
+# least JOBS objects, twice this bound
+LEFT_BY_A_RUN = JOBS // 2
 
 
 def _by_n(item: Numbered) -> str:
@@ -61,13 +65,13 @@ def test_an_async_attempt_leaves_no_cycle_behind(database_url):
     # attempt): the collector ran every few hundred jobs and took a third of the worker's CPU
     found, seen = _garbage_after_run(database_url, "quick")
     assert sorted(seen) == list(range(JOBS))
-    assert found < JOBS, f"{found} objects in cycles after {JOBS} attempts"
+    assert found < LEFT_BY_A_RUN, f"{found} objects in cycles after {JOBS} attempts"
 
 
 def test_a_plain_def_attempt_leaves_no_cycle_behind(database_url):
     found, seen = _garbage_after_run(database_url, "quick-sync")
     assert sorted(seen) == list(range(JOBS))
-    assert found < JOBS, f"{found} objects in cycles after {JOBS} attempts"
+    assert found < LEFT_BY_A_RUN, f"{found} objects in cycles after {JOBS} attempts"
 
 
 def test_freeze_gc_takes_the_startup_objects_out_of_the_collectors_walks(database_url):
