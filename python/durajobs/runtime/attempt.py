@@ -382,7 +382,7 @@ class Body:
 class Attempt:
     """One claimed attempt: start its body, then settle the row with one verdict.
 
-    `run()` is the whole of it. A worker may instead start the body itself (`launch_now()`)
+    `run()` is the whole of it. A worker may instead start the body itself (`open_now()`)
     and, when the body ended cleanly, `settle_soon()` from a callback: no task of its own for
     the common case.
     """
@@ -539,7 +539,7 @@ class Attempt:
         """Start the body (a task, or a thread for a plain def); `on_done` when it has ended
         (a coroutine finished, or a plain def's thread returned), whatever happens after.
 
-        An async body's task is cancelled when the signal is set (`launch_now` leaves that to
+        An async body's task is cancelled when the signal is set (`open_now` leaves that to
         its caller)."""
         job, signal = self.job, self.signal
         assert job is not None, "start() needs a registered job"
@@ -568,19 +568,18 @@ class Attempt:
             task.add_done_callback(lambda _task: on_done())
         return Body(job, signal, task, on_late=self._late)
 
-    def launch_now(self) -> asyncio.Future[Any]:
-        """Start the `async def` body of a known job whose run has no stored step (no read
-        first) and answer its task, or raise what refused it (`refused`). A worker's way to
-        start the common attempt: no Body, and no callback on the signal, so the caller must
-        cancel the task when the signal is set and decide the attempt when the task ends."""
+    def open_now(self) -> Awaitable[Any]:
+        """Parse the input and call the `async def` handler of a known job whose run has no
+        stored step (no read first), and answer what it answered (its coroutine, not yet
+        begun), or raise what refused it (`refused`). A worker's way to start the common
+        attempt: no task, no Body and no callback on the signal, so the caller runs the body,
+        stops it when the signal is set and decides the attempt when it ends."""
         job = self.job
-        assert job is not None, "launch_now() needs a registered job"
+        assert job is not None, "open_now() needs a registered job"
         if job.timeout is not None:
             self._arm_deadline(job.timeout)
-        started = job.handler(JobContext(self._parsed(job), self))
-        if isinstance(started, CoroutineType):  # inspect.iscoroutine, without its call
-            return self._loop.create_task(started)
-        return asyncio.ensure_future(started)
+        awaitable: Awaitable[Any] = job.handler(JobContext(self._parsed(job), self))
+        return awaitable
 
     def refused(self, error: BaseException) -> Body:
         """The Body of an attempt whose body never started: `error` is its verdict."""
@@ -589,7 +588,8 @@ class Attempt:
         return Body(job, self.signal, None, refused=error, on_late=self._late)
 
     def started(self, future: asyncio.Future[Any]) -> Body:
-        """The Body of a task `launch_now` started, for `conclude`."""
+        """The Body of a body the worker started itself (`open_now`), for `conclude`: `future`
+        is its task, or a done future that holds how it ended."""
         job = self.job
         assert job is not None
         return Body(job, self.signal, future, on_late=self._late)

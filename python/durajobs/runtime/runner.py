@@ -1,11 +1,13 @@
 """The attempt runner: starts each claimed attempt under a kept lease and sees it to one settle.
 
 Every attempt takes one path: prepared (its step history read when the claim says it may have
-one), its body started, then decided once, when the body ends or its signal is set. An attempt
-whose body returned cleanly is acked from that moment's callback, its ack joining the settler's
-next batch: no task, future or timer of its own beyond the body's. Anything else (an error, a
-suspension, a cancel, a drain, a report still to write, an on_settled hook) is concluded by a
-task, which settles it exactly as `Attempt.conclude` says.
+one), its body started, then decided once, when the body ends or its signal is set. The
+`async def` bodies of a batch that need no read first start one after another in one task
+(inline.py); the others each in a task of their own. An attempt whose body returned cleanly is
+acked from that moment's callback, its ack joining the settler's next batch: no task, future or
+timer of its own beyond the body's. Anything else (an error, a suspension, a cancel, a drain, a
+report still to write, an on_settled hook) is concluded by a task, which settles it exactly as
+`Attempt.conclude` says.
 """
 
 from __future__ import annotations
@@ -13,9 +15,11 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from concurrent.futures import Executor
+from contextvars import Context, copy_context
 from datetime import UTC, datetime, timedelta
+from types import CoroutineType
 from typing import Any
 from uuid import UUID
 
@@ -26,6 +30,7 @@ from durajobs.observe.metrics import WorkerMetrics
 from durajobs.observe.tracing import job_span, spans_active
 from durajobs.runtime.attempt import Attempt, Body, JobExecution, Outcome
 from durajobs.runtime.cancel import CancelSignal
+from durajobs.runtime.inline import drive
 from durajobs.runtime.lease import HeldLease, LeaseRenewer
 from durajobs.runtime.settler import Settler
 
@@ -93,8 +98,29 @@ class _Held(Attempt):
             runner._close(self)
 
 
+def _returned(loop: asyncio.AbstractEventLoop, value: Any) -> asyncio.Future[Any]:
+    done = loop.create_future()
+    done.set_result(value)
+    return done
+
+
+def _raised(loop: asyncio.AbstractEventLoop, error: BaseException) -> asyncio.Future[Any]:
+    done = loop.create_future()
+    if isinstance(error, asyncio.CancelledError):
+        done.cancel()
+    else:
+        done.set_exception(error)
+    return done
+
+
+def _cancelled(loop: asyncio.AbstractEventLoop) -> asyncio.Future[Any]:
+    done = loop.create_future()
+    done.cancel()
+    return done
+
+
 class AttemptRunner:
-    """Runs the attempts of one worker; `start` each claimed row, `settle_held` to wait."""
+    """Runs the attempts of one worker; `start_all` each claimed batch, `settle_held` to wait."""
 
     def __init__(
         self,
@@ -153,41 +179,112 @@ class AttemptRunner:
         traced = spans_active()
         loop = asyncio.get_running_loop()
         self._debug = log.isEnabledFor(logging.DEBUG)
+        inline: list[_Held] = []
         for row in rows:
-            self.start(row, asked, traced=traced, loop=loop)
+            held = self._hold(row, asked, loop)
+            job = held.job
+            if job is not None and not row.has_steps and not traced and self._is_async(job):
+                inline.append(held)
+            else:
+                held.task = loop.create_task(self._run(held))
+        if inline:
+            # held by the loop until it runs, then by the attempt whose body it runs (if any)
+            loop.create_task(self._run_inline(inline, 0))  # noqa: RUF006
         self._leases.batch_held()
 
-    def start(
-        self, row: ClaimedJob, asked: float, *, traced: bool, loop: asyncio.AbstractEventLoop
-    ) -> None:
-        """Start one claimed row; `traced`: whether an attempt gets a span of its own."""
+    def _hold(self, row: ClaimedJob, asked: float, loop: asyncio.AbstractEventLoop) -> _Held:
+        """Hold a claimed row: its lease kept, its slot taken."""
         signal = CancelSignal()
         lease = self._leases.hold(row, signal, asked, row.name in self._limited)
         held = _Held(self, row, self._registry, self._db, signal, lease, self._settler, loop)
         self.running[held] = None
         self.taken += 1
         self.per_queue[row.queue] += 1
-        job = held.job
-        if job is not None and not row.has_steps and not traced and self._is_async(job):
-            self._start_now(held)
-        else:
-            held.task = loop.create_task(self._run(held))
+        return held
 
-    def _start_now(self, held: _Held) -> None:
-        """An async body that needs no read first starts here, and is decided from a callback
-        when it ends or its signal is set."""
-        try:
-            held.future = held.launch_now()
-        except Exception as refused:
-            # the input did not parse, or calling the handler raised: the verdict is a failure
-            held.body = held.refused(refused)
-            self._release(held)
-            self._decide(held)
-            return
-        held.future.add_done_callback(held.ended)
-        # set from the lease renewer, the deadline or a body's thread, none of which holds the
-        # signal yet: nothing ran since it was made
+    async def _run_inline(self, batch: list[_Held], first: int) -> Any:
+        """Start the `async def` bodies of `batch` from `first` on, one after another in this
+        task (none needs a read first); the first that suspends keeps this task and is run to
+        its end here (inline.py says why). Answers what that body returned."""
+        suspended = self._start_inline(batch, first)
+        # what is left of the batch is another task's now: a long body must not keep it alive
+        del batch
+        if suspended is None:
+            return None
+        return await drive(*suspended)
+
+    def _start_inline(
+        self, batch: list[_Held], first: int
+    ) -> tuple[Coroutine[Any, Any, Any], Context, Any] | None:
+        task = asyncio.current_task()
+        assert task is not None
+        for index in range(first, len(batch)):
+            held = batch[index]
+            if held.signal.reason is not None:
+                # set before the body began (a drain, a lost lease): it never runs
+                self._ended_at_once(held, _cancelled(held._loop))
+                continue
+            context = copy_context()
+            try:
+                body = context.run(held.open_now)
+            except Exception as refused:
+                # the input did not parse, or calling the handler raised: the verdict is a failure
+                held.body = held.refused(refused)
+                self._release(held)
+                self._decide(held)
+                continue
+            if not isinstance(body, CoroutineType):  # inspect.iscoroutine, without its call
+                self._start_in_task(held, asyncio.ensure_future(body))
+                continue
+            try:
+                yielded = context.run(body.send, None)
+            except StopIteration as returned:
+                self._ended_at_once(held, _returned(held._loop, returned.value))
+            except BaseException as raised:
+                self._ended_at_once(held, _raised(held._loop, raised))
+                if not isinstance(raised, Exception | asyncio.CancelledError):
+                    # an exit or an interrupt: the task ends with it, the rest goes on elsewhere
+                    self._hand_on(batch, index + 1)
+                    raise
+            else:
+                # suspended: this task is the body's from now on
+                self._hand_on(batch, index + 1)
+                self._start_in_task(held, task)
+                return body, context, yielded
+            if task.cancelling():
+                # a body that returned asked its task (this one) to stop: the rest must not
+                # take the cancel as theirs
+                self._hand_on(batch, index + 1)
+                return None
+        return None
+
+    def _hand_on(self, batch: list[_Held], first: int) -> None:
+        """Start what is left of `batch`, from `first` on, in a new task."""
+        if first < len(batch):
+            asyncio.get_running_loop().create_task(self._run_inline(batch, first))
+
+    def _start_in_task(self, held: _Held, task: asyncio.Future[Any]) -> None:
+        """The body runs in `task`: decide the attempt when it ends, stop it on the signal."""
+        held.future = task
+        task.add_done_callback(held.ended)
+        # the lease renewer, the deadline and a drain set the signal from the loop, so nothing
+        # set it since the check before the body began; a thread the body started may have
         held.signal.listener = held.signalled
+        reason = held.signal.reason
+        if reason is not None:
+            held.signalled(reason)
+
+    def _ended_at_once(self, held: _Held, outcome: asyncio.Future[Any]) -> None:
+        """The body ended without suspending (or never began): `outcome` holds how."""
+        held.future = outcome
+        try:
+            held.ended(outcome)
+        except Exception as failure:
+            # as a failing done callback would be: logged, and the rest of the batch still runs
+            log.error(
+                "jobs.worker.attempt-crashed",
+                extra={"id": str(held.claimed.id), "error": str(failure)},
+            )
 
     def _is_async(self, job: Job[Any]) -> bool:
         """Whether `job` has an `async def` handler, kept by job: asked for every attempt."""
