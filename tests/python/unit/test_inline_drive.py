@@ -97,49 +97,36 @@ def test_a_bad_yield_is_thrown_back_into_the_body():
     assert "not a future" in _run_inline(body)
 
 
+async def _cancel_while_waiting(*, result_first: bool) -> tuple[str, bool]:
+    """Cancel the task of a body waiting on a future (set first when `result_first`); answer
+    what the body returned and whether the future was cancelled with the task."""
+    loop = asyncio.get_running_loop()
+    waiting: asyncio.Future[int] = loop.create_future()
+
+    async def body() -> str:
+        try:
+            await waiting
+        except asyncio.CancelledError:
+            return "cancelled"
+        return "ran on"
+
+    task = loop.create_task(_inline(body()))
+    await asyncio.sleep(0)
+    if result_first:
+        waiting.set_result(1)
+    task.cancel()
+    return await task, waiting.cancelled()
+
+
 def test_a_cancel_of_the_task_reaches_the_body_while_it_waits():
-    async def main() -> tuple[str, bool]:
-        loop = asyncio.get_running_loop()
-        waiting: asyncio.Future[None] = loop.create_future()
-
-        async def body() -> str:
-            try:
-                await waiting
-            except asyncio.CancelledError:
-                return "cancelled"
-            return "ran on"
-
-        task = loop.create_task(_inline(body()))
-        await asyncio.sleep(0)
-        task.cancel()
-        return await task, waiting.cancelled()
-
     # as under a task: the awaited future is cancelled with it, and the body saw the cancel
-    assert asyncio.run(main()) == ("cancelled", True)
+    assert asyncio.run(_cancel_while_waiting(result_first=False)) == ("cancelled", True)
 
 
 def test_a_cancel_that_lands_with_the_result_still_reaches_the_body():
     """The awaited future is done when the cancel comes, so the task cannot cancel it: the
     cancel is delivered on the task's next step, and must not be lost for the result."""
-
-    async def main() -> str:
-        loop = asyncio.get_running_loop()
-        waiting: asyncio.Future[int] = loop.create_future()
-
-        async def body() -> str:
-            try:
-                await waiting
-            except asyncio.CancelledError:
-                return "cancelled"
-            return "ran on"
-
-        task = loop.create_task(_inline(body()))
-        await asyncio.sleep(0)
-        waiting.set_result(1)
-        task.cancel()
-        return await task
-
-    assert asyncio.run(main()) == "cancelled"
+    assert asyncio.run(_cancel_while_waiting(result_first=True)) == ("cancelled", False)
 
 
 def test_a_cancel_the_body_does_not_catch_cancels_the_task():
