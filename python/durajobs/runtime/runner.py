@@ -3,7 +3,8 @@
 Every attempt takes one path: prepared (its step history read when the claim says it may have
 one), its body started, then decided once, when the body ends or its signal is set. The
 `async def` bodies of a batch that need no read first start one after another in one task
-(inline.py); the others each in a task of their own. An attempt whose body returned cleanly is
+(inline.py), unless a body of their job has suspended before; the others each in a task of
+their own. An attempt whose body returned cleanly is
 acked from that moment's callback, its ack joining the settler's next batch: no task, future or
 timer of its own beyond the body's. Anything else (an error, a suspension, a cancel, a drain, a
 report still to write, an on_settled hook) is concluded by a task, which settles it exactly as
@@ -15,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import Counter
-from collections.abc import Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from concurrent.futures import Executor
 from contextvars import Context, copy_context
 from datetime import UTC, datetime, timedelta
@@ -147,6 +148,10 @@ class AttemptRunner:
             job.name for job in registry.jobs() if job.concurrency is not None
         )
         self._async_jobs: dict[Job[Any], bool] = {}
+        # the async jobs a body of which suspended when started inline: theirs start in a task
+        # each, so a batch of them starts in one loop turn, not one a turn, and pays no
+        # trampoline on each suspension
+        self._suspending: set[Job[Any]] = set()
         self.executor: Executor | None = None  # plain def bodies run here (set by the worker)
         # keyed by the attempt itself (a UUID's hash is a Python call); ids() lists their rows
         self.running: dict[_Held, None] = {}
@@ -184,7 +189,10 @@ class AttemptRunner:
             held = self._hold(row, asked, loop)
             job = held.job
             if job is not None and not row.has_steps and not traced and self._is_async(job):
-                inline.append(held)
+                if job in self._suspending:
+                    self._start_task(held, loop)
+                else:
+                    inline.append(held)
             else:
                 held.task = loop.create_task(self._run(held))
         if inline:
@@ -225,13 +233,8 @@ class AttemptRunner:
                 self._ended_at_once(held, _cancelled(held._loop))
                 continue
             context = copy_context()
-            try:
-                body = context.run(held.open_now)
-            except Exception as refused:
-                # the input did not parse, or calling the handler raised: the verdict is a failure
-                held.body = held.refused(refused)
-                self._release(held)
-                self._decide(held)
+            body = context.run(self._open, held)
+            if body is None:
                 continue
             if not isinstance(body, CoroutineType):  # inspect.iscoroutine, without its call
                 self._start_in_task(held, asyncio.ensure_future(body))
@@ -248,6 +251,8 @@ class AttemptRunner:
                     raise
             else:
                 # suspended: this task is the body's from now on
+                if held.job is not None:  # it has: open_now needs one
+                    self._suspending.add(held.job)
                 self._hand_on(batch, index + 1)
                 self._start_in_task(held, task)
                 return body, context, yielded
@@ -257,6 +262,27 @@ class AttemptRunner:
                 self._hand_on(batch, index + 1)
                 return None
         return None
+
+    def _open(self, held: _Held) -> Awaitable[Any] | None:
+        """Call the handler of `held` (`Attempt.open_now`); None when that refused it, the
+        attempt then decided as the failure it is."""
+        try:
+            return held.open_now()
+        except Exception as refused:
+            # the input did not parse, or calling the handler raised: the verdict is a failure
+            held.body = held.refused(refused)
+            self._release(held)
+            self._decide(held)
+            return None
+
+    def _start_task(self, held: _Held, loop: asyncio.AbstractEventLoop) -> None:
+        """Start the async body of `held` in a task of its own (its job's bodies suspend)."""
+        body = self._open(held)
+        if body is not None:
+            if isinstance(body, CoroutineType):
+                self._start_in_task(held, loop.create_task(body))
+            else:
+                self._start_in_task(held, asyncio.ensure_future(body))
 
     def _hand_on(self, batch: list[_Held], first: int) -> None:
         """Start what is left of `batch`, from `first` on, in a new task."""

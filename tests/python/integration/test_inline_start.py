@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import sys
 from typing import Any
 from uuid import UUID
 
@@ -171,3 +172,62 @@ def test_a_body_that_raises_before_suspending_fails_alone(database_url):
         "completed": BATCH - len(failing),
         "retried": len(failing),
     }
+
+
+def test_a_job_whose_bodies_suspend_starts_in_a_task_each_once_one_did(database_url):
+    """Started inline, a batch of suspending bodies would start one a loop turn (each hands
+    the rest on to a new task): once a job's body has suspended, its bodies start in a task
+    each. A job whose bodies never suspend stays inline."""
+    registry = durajobs.Registry(database_url=database_url)
+    own_task: dict[str, list[bool]] = {"io": [], "quick": []}
+
+    def in_own_task(frame_code: Any) -> bool:
+        task = asyncio.current_task()
+        assert task is not None
+        return task.get_coro().cr_code is frame_code  # type: ignore[union-attr]
+
+    @declare(registry, "io", input=Numbered, idempotency_key=_by_n)
+    async def io(ctx: durajobs.JobContext[Numbered]) -> None:
+        own_task["io"].append(in_own_task(sys._getframe().f_code))
+        await asyncio.sleep(0.001)
+
+    @declare(registry, "quick", input=Numbered, idempotency_key=_by_n)
+    async def quick(ctx: durajobs.JobContext[Numbered]) -> None:
+        own_task["quick"].append(in_own_task(sys._getframe().f_code))
+
+    worker = Worker(registry, database_url, concurrency=BATCH)
+
+    async def scenario() -> None:
+        running = asyncio.ensure_future(worker.run())
+        try:
+            for phase in (1, 2):
+                await asyncio.to_thread(_enqueue_from, database_url, "io", (phase - 1) * BATCH)
+                await asyncio.to_thread(_enqueue_from, database_url, "quick", (phase - 1) * BATCH)
+                await _until_completed(worker, 2 * BATCH * phase, running)
+        finally:
+            worker.stop()
+            await asyncio.wait_for(running, 30)
+
+    asyncio.run(scenario())
+    first, later = own_task["io"][:BATCH], own_task["io"][BATCH:]
+    assert len(later) == BATCH
+    assert not first[0]  # the first body began in the batch's shared task
+    assert all(later)  # the second phase: a task each
+    assert not any(own_task["quick"])  # never suspended: always inline
+
+
+def _enqueue_from(database_url: str, name: str, start: int) -> None:
+    with durajobs.Client.connect(database_url) as client:
+        client.enqueue_many(
+            [
+                {"name": name, "input": {"n": n}, "idempotency_key": str(n)}
+                for n in range(start, start + BATCH)
+            ]
+        )
+
+
+async def _until_completed(worker: Worker, count: int, running: asyncio.Future[None]) -> None:
+    async with asyncio.timeout(20):
+        while worker.stats().completed < count:
+            assert not running.done(), running.exception() if running.done() else None
+            await asyncio.sleep(0.02)
