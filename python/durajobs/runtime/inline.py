@@ -1,12 +1,12 @@
 """Running a coroutine inside the task that is already running, as that task's own step would.
 
-A busy worker's bodies mostly return without ever suspending, and a task each cost about 2 us
-of the worker's CPU a body, a third of the Python a job costs (bench/body_start.py). The runner
-instead takes a claimed batch's bodies one after another in one task, each up to its first
-suspension and in a context of its own (a copy, as a task would make).
-The first body that suspends keeps the task it began in, so `current_task()` is the same from
-its first line to its last (`asyncio.timeout`, a task group and a cancel scope hold), and
-`drive` runs it on from there. The rest of the batch goes on in a new task.
+A busy worker's bodies mostly return without ever suspending, and a task each cost about
+1.6-2.6 us of the worker's CPU a body (bench/body_start.py), a sixth or more of the Python a job
+costs. The runner instead takes a claimed batch's bodies one after another in one task, each up
+to its first suspension and in a context of its own (a copy, as a task would make). The first
+body that suspends keeps the task it began in, so `current_task()` is the same from its first
+line to its last (`asyncio.timeout`, a task group and a cancel scope hold), and `drive` runs it
+on from there. The rest of the batch goes on in a new task.
 """
 
 from __future__ import annotations

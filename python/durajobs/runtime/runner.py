@@ -4,11 +4,10 @@ Every attempt takes one path: prepared (its step history read when the claim say
 one), its body started, then decided once, when the body ends or its signal is set. The
 `async def` bodies of a batch that need no read first start one after another in one task
 (inline.py), unless a body of their job has suspended before; the others each in a task of
-their own. An attempt whose body returned cleanly is
-acked from that moment's callback, its ack joining the settler's next batch: no task, future or
-timer of its own beyond the body's. Anything else (an error, a suspension, a cancel, a drain, a
-report still to write, an on_settled hook) is concluded by a task, which settles it exactly as
-`Attempt.conclude` says.
+their own. An attempt whose body returned cleanly is acked from that moment's callback, its ack
+joining the settler's next batch: no task, future or timer of its own beyond the body's.
+Anything else (an error, a suspension, a cancel, a drain, a report still to write, an
+on_settled hook) is concluded by a task, which settles it exactly as `Attempt.conclude` says.
 """
 
 from __future__ import annotations
@@ -111,12 +110,6 @@ def _raised(loop: asyncio.AbstractEventLoop, error: BaseException) -> asyncio.Fu
         done.cancel()
     else:
         done.set_exception(error)
-    return done
-
-
-def _cancelled(loop: asyncio.AbstractEventLoop) -> asyncio.Future[Any]:
-    done = loop.create_future()
-    done.cancel()
     return done
 
 
@@ -230,7 +223,7 @@ class AttemptRunner:
             held = batch[index]
             if held.signal.reason is not None:
                 # set before the body began (a drain, a lost lease): it never runs
-                self._ended_at_once(held, _cancelled(held._loop))
+                self._ended_at_once(held, _raised(held._loop, asyncio.CancelledError()))
                 continue
             context = copy_context()
             body = context.run(self._open, held)
@@ -278,11 +271,10 @@ class AttemptRunner:
     def _start_task(self, held: _Held, loop: asyncio.AbstractEventLoop) -> None:
         """Start the async body of `held` in a task of its own (its job's bodies suspend)."""
         body = self._open(held)
-        if body is not None:
-            if isinstance(body, CoroutineType):
-                self._start_in_task(held, loop.create_task(body))
-            else:
-                self._start_in_task(held, asyncio.ensure_future(body))
+        if isinstance(body, CoroutineType):
+            self._start_in_task(held, loop.create_task(body))
+        elif body is not None:
+            self._start_in_task(held, asyncio.ensure_future(body))
 
     def _hand_on(self, batch: list[_Held], first: int) -> None:
         """Start what is left of `batch`, from `first` on, in a new task."""
