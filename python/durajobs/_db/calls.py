@@ -355,7 +355,7 @@ def nack_many(worker_id: str, nacks: Sequence[Mapping[str, Any]]) -> Call[list[S
             key: (
                 str(value)
                 if isinstance(value, UUID)
-                else f"{value.total_seconds()} seconds"
+                else _interval_text(value)
                 if isinstance(value, timedelta)
                 else value
             )
@@ -366,6 +366,13 @@ def nack_many(worker_id: str, nacks: Sequence[Mapping[str, Any]]) -> Call[list[S
     ]
     arguments = {"worker_id": worker_id, "nacks": Jsonb(encoded)}
     return _call("jobs.nack_many_v1", SettleResult.COLUMNS, arguments, _all(SettleResult.from_row))
+
+
+def _interval_text(value: timedelta) -> str:
+    """`value` as Postgres interval text, exact to the microsecond. Not from total_seconds(): a
+    float under 1e-4 prints as '9.5e-05', which the interval parser refuses (and a nack batch
+    holding one failed whole)."""
+    return f"{value.days} days {value.seconds} seconds {value.microseconds} microseconds"
 
 
 def heartbeat(fence: Fence, *, visibility: timedelta | None = None) -> Call[HeartbeatAnswer]:

@@ -7,6 +7,8 @@ statement per batch instead of one per job, and the ack of one batch is on the w
 claim of the next is sent. Each settle still learns whether it landed, fenced on its own claim
 token, exactly as `jobs.ack_v1` and `jobs.nack_v1` would answer. The answer reaches a callback,
 not a future: an attempt that ended without suspending costs no task and no future to settle.
+A batch the database refuses (an X_* code) is sent again one settle a statement, so only the
+settle it refused fails.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from typing import Any, Protocol, TypeVar
 from uuid import UUID
 
 from durajobs._db import calls
+from durajobs.errors import DurajobsError
 
 T = TypeVar("T")
 
@@ -73,6 +76,17 @@ class _Lane:
         try:
             self.statements += 1
             results = await self._db.run(call)
+        except DurajobsError as refused:
+            # the database answered with an X_* code: the same statement would be refused
+            # again, and one settle it refuses must not cost the rest their settles (each
+            # would run again once its lease lapsed). Alone, only the refused one fails
+            if len(batch) > 1:
+                for one in batch:
+                    await self._send([one])
+                return
+            _answer(batch[0][1], False, refused)
+            self._answered()
+            return
         except Exception:
             # one failure would cost every job of the batch a re-run after its lease lapses: try
             # once more (the pool drops a broken connection). Each settle is fenced on its claim,

@@ -4,12 +4,14 @@ is on the wire, each still fenced on its own claim and told whether it landed.""
 from __future__ import annotations
 
 import asyncio
+from datetime import timedelta
 
 import psycopg
 import pytest
 
 import durajobs
 from durajobs._db.database import AsyncDatabase
+from durajobs.errors import ArgumentInvalid
 from durajobs.runtime.settler import Settler
 
 
@@ -119,6 +121,60 @@ def test_nacks_share_a_statement_and_each_keeps_its_own_options(database_url):
     assert by_id[claimed[0].id] == ("ready", 1, "boom")
     assert by_id[claimed[1].id] == ("ready", 0, None), "uncounted: the attempt is given back"
     assert by_id[claimed[2].id] == ("running", 1, None)
+
+
+@pytest.mark.parametrize(
+    "delay",
+    [
+        timedelta(microseconds=95),  # prints as 9.5e-05 seconds: once refused, the batch lost
+        timedelta(seconds=1, microseconds=7),
+        timedelta(days=400, seconds=3),
+        timedelta(0),
+    ],
+)
+def test_a_batched_nack_keeps_its_delay_to_the_microsecond(database_url, delay):
+    [row] = _claimed(database_url, 1)
+
+    async def scenario():
+        async with AsyncDatabase(database_url) as db:
+            return await Settler(db, "w").nack(
+                row.id, row.claim, {"next_state": "suspended", "delay": delay}
+            )
+
+    assert asyncio.run(scenario()) is True
+    with psycopg.connect(database_url, autocommit=True) as connection:
+        [(state, after_update)] = connection.execute(
+            "select state, run_at - updated_at from jobs.jobs where id = %s", [row.id]
+        ).fetchall()
+    assert (state, after_update) == ("suspended", delay)
+
+
+def test_a_refused_batch_is_sent_again_one_settle_a_statement(database_url):
+    claimed = _claimed(database_url, 3)
+
+    async def scenario():
+        async with AsyncDatabase(database_url) as db:
+            settler = Settler(db, "w")
+            answers = await asyncio.gather(
+                settler.nack(claimed[0].id, claimed[0].claim, {"error": "boom"}),
+                settler.nack(claimed[1].id, claimed[1].claim, {"next_state": "bogus"}),
+                settler.nack(claimed[2].id, claimed[2].claim, {"error": "bang"}),
+                return_exceptions=True,
+            )
+            return answers, settler.statements
+
+    answers, statements = asyncio.run(scenario())
+    assert (answers[0], answers[2]) == (True, True), "the others still land"
+    assert isinstance(answers[1], ArgumentInvalid)
+    assert "next_state" in str(answers[1])
+    assert statements == 4, "the batch once, then each alone; a refusal is not retried"
+    with psycopg.connect(database_url, autocommit=True) as connection:
+        states = dict(
+            connection.execute(
+                "select id, state from jobs.jobs where id = any(%s)", [[r.id for r in claimed]]
+            ).fetchall()
+        )
+    assert [states[row.id] for row in claimed] == ["ready", "running", "ready"]
 
 
 def test_settles_waiting_for_a_statement_are_counted_until_it_leaves(database_url):
