@@ -296,14 +296,24 @@ def test_the_worker_gauges_sum_the_live_workers_of_the_process(database_url):
         started.set()
         await release.wait()
 
-    registry.get("hold").enqueue({"key": "a"})
     wide = Worker(registry, database_url, listen=False, concurrency=8, idle_ceiling=0.1)
     narrow = Worker(registry, database_url, listen=False, concurrency=3, idle_ceiling=0.1)
     seen: dict[str, float | None] = {}
 
+    def both_listed() -> bool:
+        with durajobs.Client.connect(database_url) as client:
+            return len(client.workers()) == 2
+
     async def scenario() -> None:
         wide_run = asyncio.ensure_future(wide.run())
         narrow_run = asyncio.ensure_future(narrow.run())
+        # a worker is listed after it joined the gauges: the job waits for both, or the first
+        # up could run it before the second counts itself in
+        deadline = time.monotonic() + 20
+        while not await asyncio.to_thread(both_listed):
+            assert time.monotonic() < deadline, "the workers never both started"
+            await asyncio.sleep(0.02)
+        await asyncio.to_thread(registry.get("hold").enqueue, {"key": "a"})
         await asyncio.wait_for(started.wait(), 20)
         seen["capacity, both"] = wide.metrics.sample("job_worker_capacity")
         seen["in flight, both"] = narrow.metrics.sample("job_worker_in_flight")
