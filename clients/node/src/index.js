@@ -346,18 +346,23 @@ function instant(value) {
   return value instanceof Date ? value.toISOString() : value;
 }
 
+// about 31,700 years: every interval argument of the functions is bounded far below this
+const MAX_INTERVAL_MS = 1e15;
+
 /**
- * An interval parameter from milliseconds.
+ * An interval parameter from milliseconds, as whole microseconds: a number's own text turns to
+ * an exponent below 1e-6 (`1e-7`), which Postgres' interval input refuses.
  * @param {unknown} ms
  * @param {string} argument
  */
 function interval(ms, argument) {
   if (ms === undefined || ms === null) return null;
-  if (typeof ms !== 'number' || !Number.isFinite(ms)) {
-    throw fail('X_ARGUMENT_INVALID', `${argument} must be a finite number of milliseconds`,
+  if (typeof ms !== 'number' || !Number.isFinite(ms) || Math.abs(ms) > MAX_INTERVAL_MS) {
+    throw fail('X_ARGUMENT_INVALID',
+      `${argument} must be a finite number of milliseconds, at most ${MAX_INTERVAL_MS} either way`,
       { argument });
   }
-  return `${ms} milliseconds`;
+  return `${BigInt(Math.round(ms * 1000))} microseconds`;
 }
 
 /**

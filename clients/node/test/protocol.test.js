@@ -37,6 +37,21 @@ test('a round trip: claim, heartbeat, a step, ack; a second ack answers false', 
   assert.equal((await db.one('select state from jobs.jobs where id = $1', [job.id])).state, 'done');
 });
 
+test('a delay of any size reaches the row to the microsecond', async () => {
+  for (const [delayMs, stored] of [[1e-7, '00:00:00'], [0.095, '00:00:00.000095'], [1500.0004, '00:00:01.5']]) {
+    const queue = freshQueue();
+    await enqueue(db.pool, { name: 'import', input: {}, idempotencyKey: `delay-${delayMs}`, queue });
+    const [claimed] = await claim(db.pool, { queues: [queue], workerId: 'w1', visibilityMs: 60_000 });
+    assert.equal(await nack(db.pool, claimed, { delayMs }), true);
+    const row = await db.one('select (run_at - updated_at)::text as delay from jobs.jobs where id = $1', [claimed.id]);
+    assert.equal(row.delay, stored, `delayMs ${delayMs}`);
+  }
+  await assert.rejects(
+    nack(db.pool, { id: '00000000-0000-0000-0000-000000000000', workerId: 'w1', claim: 1 }, { delayMs: 1e16 }),
+    (error) => error instanceof DurajobsError && error.code === 'X_ARGUMENT_INVALID',
+  );
+});
+
 test('a stale fence changes nothing once another worker re-took the lapsed lease', async () => {
   const queue = freshQueue();
   const job = await enqueue(db.pool, { name: 'import', input: {}, idempotencyKey: 'stale', queue, maxAttempts: 5 });
