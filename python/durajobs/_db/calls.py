@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from decimal import Decimal
 from typing import Any, Generic, TypeVar
 from uuid import UUID
 
@@ -371,8 +372,10 @@ def nack_many(worker_id: str, nacks: Sequence[Mapping[str, Any]]) -> Call[list[S
 def _interval_text(value: timedelta) -> str:
     """`value` as Postgres interval text, exact to the microsecond. Not from total_seconds(): a
     float under 1e-4 prints as '9.5e-05', which the interval parser refuses (and a nack batch
-    holding one failed whole)."""
-    return f"{value.days} days {value.seconds} seconds {value.microseconds} microseconds"
+    holding one failed whole). No days either: now() plus a day is a calendar day in the
+    session's time zone, an hour more or less across a DST change."""
+    seconds = value.days * 86_400 + value.seconds
+    return f"{seconds} seconds {value.microseconds} microseconds"
 
 
 def heartbeat(fence: Fence, *, visibility: timedelta | None = None) -> Call[HeartbeatAnswer]:
@@ -789,11 +792,19 @@ def progress(
 ) -> Call[bool]:
     arguments = {
         **fence.arguments(),
-        "done": done,
-        "total": total,
+        "done": _numeric(done),
+        "total": _numeric(total),
         "note": note,
     }
     return _call("jobs.progress_v1", "", arguments, _scalar, scalar=True)
+
+
+def _numeric(value: float | None) -> Decimal | float | None:
+    """A float as a numeric argument: psycopg sends a float as double precision, which Postgres
+    casts to numeric only on assignment, so a function taking numeric would not be found."""
+    if isinstance(value, float):
+        return Decimal(repr(value))
+    return value
 
 
 def inspect_job(id: UUID) -> Call[dict[str, Any]]:

@@ -28,6 +28,14 @@ DEFAULT_WAIT_SECONDS = 30.0
 CONNECT_TIMEOUT_SECONDS = 5
 
 
+def may_land_if_sent_again(failure: BaseException) -> bool:
+    """Whether `failure` came from the connection, the pool or the server's passing state (a
+    lost or refused connection, a shutdown, a deadlock, a cancel: psycopg's OperationalError,
+    the pool's timeout among them) rather than from what the statement carried (an X_* code,
+    a value the server will not hold), which the same statement would meet again."""
+    return isinstance(failure, psycopg.OperationalError | psycopg.InterfaceError)
+
+
 class PooledConnection(psycopg.AsyncConnection[Any]):
     """A connection of an AsyncDatabase's pool, which notes when it last went back to the pool
     (on this process's clock; None: not yet). An attribute, not a weak dictionary's entry: those

@@ -9,7 +9,6 @@ from __future__ import annotations
 import functools
 import inspect
 import json
-import re
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -22,6 +21,7 @@ from durajobs._db import calls
 from durajobs._db.transactions import open_transaction_probe
 from durajobs._values.durations import Duration, parse_duration
 from durajobs._values.records import Declared, EnqueueResult
+from durajobs._values.storable import json_text
 from durajobs.declare.backfill import (
     DEFAULT_BACKFILL_BATCH,
     DEFAULT_BACKFILL_RATE,
@@ -64,9 +64,6 @@ from durajobs.errors import (
     TenancyActorOrgRequired,
 )
 from durajobs.observe.tracing import current_traceparent
-
-# a NUL character as json.dumps writes it (\u0000 after an even run of backslashes)
-_NUL_ESCAPE = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
 
 # the default 'step_output' size limit (011_bounds.sql), which bounds a result too
 DEFAULT_RESULT_BYTES = 1_048_576
@@ -210,15 +207,13 @@ class Job(Generic[I]):
                 ) from None
             value = model.model_dump(mode="json")
         try:
-            # NaN and infinities are not JSON, and jsonb refuses a NUL character: either would
-            # fail the whole batch of acks it was sent with, not just this run
-            text = json.dumps(value, allow_nan=False)
-            if _NUL_ESCAPE.search(text):
-                raise ValueError("a string holds a NUL character (\\u0000), which jsonb refuses")
-            if len(text) > DEFAULT_RESULT_BYTES:
+            # what jsonb refuses would fail the whole batch of acks it was sent with
+            text = json_text(value)
+            size = len(text.encode("utf-8"))
+            if size > DEFAULT_RESULT_BYTES:
                 # the database holds a lowered limit too, and fails such a row there
                 raise ValueError(
-                    f"it is {len(text)} bytes as JSON, over the {DEFAULT_RESULT_BYTES} bytes "
+                    f"it is {size} bytes as JSON, over the {DEFAULT_RESULT_BYTES} bytes "
                     "of the step_output size limit"
                 )
             return json.loads(text)

@@ -45,6 +45,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from durajobs._db import calls
 from durajobs._values.records import WebhookCheck, WebhookRecorded
+from durajobs._values.storable import plain_text
 from durajobs.declare.factory import Context, call_off_loop
 from durajobs.errors import (
     Draining,
@@ -153,7 +154,13 @@ def judge(response: httpx.Response, where: str) -> Verdict:
     if status == 429 or (status == 503 and wait is not None):
         detail["retry_after_seconds"] = wait
         return Verdict("throttled", WebhookDeliveryThrottled(said, retry_after=wait, detail=detail))
-    body = response.text[:ERROR_TEXT_LIMIT] if response.content else ""
+    # the receiver's words go into the job's error and the ledger: a NUL among them would make
+    # the attempt's record fail, and a rejection turn into a retryable raw error
+    body = (
+        plain_text(response.text[:ERROR_TEXT_LIMIT], 4 * ERROR_TEXT_LIMIT)
+        if response.content
+        else ""
+    )
     if body:
         said += f": {body}"
     if status == 408 or 500 <= status < 600:

@@ -28,6 +28,7 @@ from pydantic import BaseModel
 from durajobs._db import calls
 from durajobs._values.records import ChildWait, ClaimedJob, EnqueueResult, EventLookup, StepRecord
 from durajobs._values.states import NackTarget, StepStatus
+from durajobs._values.storable import plain_text
 from durajobs.declare.enqueue import EnqueueRequest
 from durajobs.declare.registry import NO_TENANT, Job, Registry, Settled
 from durajobs.declare.retry import ErrorClass, classify
@@ -59,6 +60,10 @@ ON_SETTLED_TRIES = 3
 UNWIND_GRACE_SECONDS = 0.5
 HISTORY_RETRY = timedelta(seconds=1)
 MAX_STATED_WAIT_SECONDS = 365 * 24 * 3600.0  # a NaN fails the >= test; inf lands here
+# an error's message and trace are cut to the default 'error_text' size limit (011_bounds.sql)
+# before they are sent: the database cuts to its own, but a batch of nacks is one jsonb value
+ERROR_TEXT_BYTES = 65_536
+MAX_CODE_BYTES = 200  # what jobs.nack_v1 keeps of a code
 
 
 class Outcome(StrEnum):
@@ -579,6 +584,10 @@ class Attempt:
         if job.timeout is not None:
             self._arm_deadline(job.timeout)
         awaitable: Awaitable[Any] = job.handler(JobContext(self._parsed(job), self))
+        if not isinstance(awaitable, CoroutineType):
+            # a handler that only looks async (a sync wrapper of an async def) may answer a
+            # future, or nothing awaitable: a TypeError here refuses the attempt as a failure
+            return asyncio.ensure_future(awaitable)
         return awaitable
 
     def refused(self, error: BaseException) -> Body:
@@ -784,10 +793,12 @@ async def _fail(
     finish: Callable[..., JobExecution],
 ) -> JobExecution:
     code = getattr(error, "code", None)
-    code = code if isinstance(code, str) else None
+    code = plain_text(code, MAX_CODE_BYTES) if isinstance(code, str) else None
     error_class = classify(code)
-    text = _error_text(error)
-    stack = "".join(traceback.format_exception(error))
+    # storable whatever the error holds (a NUL, a lone surrogate, megabytes of a response): a
+    # nack the server refuses fails every other nack of its batch too
+    text = plain_text(_error_text(error), ERROR_TEXT_BYTES)
+    stack = plain_text("".join(traceback.format_exception(error)), ERROR_TEXT_BYTES)
     if error_class is ErrorClass.TERMINAL or claimed.attempt >= claimed.max_attempts:
         stop = "terminal" if error_class is ErrorClass.TERMINAL else "attempts-exhausted"
         dead_letter = job.retry.dead_letter

@@ -7,8 +7,8 @@ statement per batch instead of one per job, and the ack of one batch is on the w
 claim of the next is sent. Each settle still learns whether it landed, fenced on its own claim
 token, exactly as `jobs.ack_v1` and `jobs.nack_v1` would answer. The answer reaches a callback,
 not a future: an attempt that ended without suspending costs no task and no future to settle.
-A batch the database refuses (an X_* code) is sent again one settle a statement, so only the
-settle it refused fails.
+A batch that fails on the connection is sent once more; a batch refused for what it carries is
+sent again one settle a statement, so only the settle it refused fails.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from typing import Any, Protocol, TypeVar
 from uuid import UUID
 
 from durajobs._db import calls
-from durajobs.errors import DurajobsError
+from durajobs._db.database import may_land_if_sent_again
 
 T = TypeVar("T")
 
@@ -72,39 +72,44 @@ class _Lane:
             self._sender = None
 
     async def _send(self, batch: list[tuple[Any, OnAnswer]]) -> None:
-        call = self._build([item for item, _ in batch])
         try:
-            self.statements += 1
-            results = await self._db.run(call)
-        except DurajobsError as refused:
-            # the database answered with an X_* code: the same statement would be refused
-            # again, and one settle it refuses must not cost the rest their settles (each
-            # would run again once its lease lapsed). Alone, only the refused one fails
-            if len(batch) > 1:
+            results = await self._run([item for item, _ in batch])
+            if len(results) != len(batch):
+                raise RuntimeError(f"{len(batch)} settles sent, {len(results)} answered")
+        except Exception as failure:
+            if len(batch) > 1 and not may_land_if_sent_again(failure):
+                # refused for what it carries (an X_* code, a value jsonb will not hold): the
+                # same statement would be refused again, and one settle it refuses must not
+                # cost the others theirs (each would run again once its lease lapsed). Alone,
+                # only the refused one fails
                 for one in batch:
                     await self._send([one])
                 return
-            _answer(batch[0][1], False, refused)
+            for _item, on_answer in batch:
+                _answer(on_answer, False, failure)
             self._answered()
             return
-        except Exception:
-            # one failure would cost every job of the batch a re-run after its lease lapses: try
-            # once more (the pool drops a broken connection). Each settle is fenced on its claim,
-            # so one that did land the first time answers false now, never a second settle.
-            try:
-                self.statements += 1
-                results = await self._db.run(call)
-            except Exception as failure:
-                for _item, on_answer in batch:
-                    _answer(on_answer, False, failure)
-                self._answered()
-                return
         for (_item, on_answer), landed in zip(batch, results, strict=True):
             try:  # _answer, inline: a call per settle is a tenth of what answering it costs
                 on_answer(landed, None)
             except Exception as crashed:
                 log.error("jobs.settle.callback-failed", extra={"error": repr(crashed)})
         self._answered()
+
+    async def _run(self, items: list[Any]) -> list[bool]:
+        """One statement for `items`, sent once more when the connection failed it: a failure
+        would cost every job of the batch a re-run after its lease lapses, and the pool drops a
+        broken connection. Each settle is fenced on its claim, so one that did land the first
+        time answers false the second, never a second settle."""
+        call = self._build(items)
+        self.statements += 1
+        try:
+            return await self._db.run(call)
+        except Exception as failure:
+            if not may_land_if_sent_again(failure):
+                raise
+        self.statements += 1
+        return await self._db.run(call)
 
     def _answered(self) -> None:
         try:

@@ -29,6 +29,7 @@ from durajobs._values.records import (
     StepRecord,
 )
 from durajobs._values.states import JobState, StepStatus
+from durajobs._values.storable import json_text
 from durajobs.declare.enqueue import EnqueueRequest
 from durajobs.declare.factory import thread_outliving_cancel
 from durajobs.declare.handle import JobHandle, ResultReader, failure_of
@@ -142,7 +143,9 @@ class StepBook:
         """Answer `output` as a replay will read it back (a tuple becomes a list), or raise
         X_STEP_OUTPUT_INVALID: the first run and every replay see the same value."""
         try:
-            return json.loads(json.dumps(output, allow_nan=False))
+            # what jsonb refuses (a NUL, a lone surrogate) would fail the step's write as a
+            # retryable error, and every attempt would run the step again
+            return json.loads(json_text(output))
         except (TypeError, ValueError) as invalid:
             raise StepOutputInvalid(
                 f"step {name!r} returned {type(output).__name__}, which is not JSON: {invalid}",

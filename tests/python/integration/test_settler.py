@@ -8,11 +8,13 @@ from datetime import timedelta
 
 import psycopg
 import pytest
+from psycopg.conninfo import make_conninfo
 
 import durajobs
 from durajobs._db.database import AsyncDatabase
 from durajobs.errors import ArgumentInvalid
 from durajobs.runtime.settler import Settler
+from support.rows import fetch_all
 
 
 def _claimed(database_url, count):
@@ -175,6 +177,52 @@ def test_a_refused_batch_is_sent_again_one_settle_a_statement(database_url):
             ).fetchall()
         )
     assert [states[row.id] for row in claimed] == ["ready", "running", "ready"]
+
+
+def test_a_batch_refused_for_a_value_it_carries_is_split_too(database_url):
+    """Not only an X_* code: a value jsonb refuses (here a NUL sent raw) fails the statement
+    before any function runs, and must fail its own settle alone."""
+    claimed = _claimed(database_url, 3)
+
+    async def scenario():
+        async with AsyncDatabase(database_url) as db:
+            settler = Settler(db, "w")
+            return await asyncio.gather(
+                *(
+                    settler.nack(row.id, row.claim, {"error": "a\x00b" if n == 1 else "ok"})
+                    for n, row in enumerate(claimed)
+                ),
+                return_exceptions=True,
+            )
+
+    answers = asyncio.run(scenario())
+    assert (answers[0], answers[2]) == (True, True)
+    assert isinstance(answers[1], psycopg.DataError)
+
+
+def test_a_day_of_delay_is_a_day_of_elapsed_time_across_a_dst_change(database_url):
+    """Sent as days, now() plus a day would be a calendar day in the session's zone: 23 hours
+    on the night the clocks go forward."""
+    [row] = _claimed(database_url, 1)
+    eve_of_dst = make_conninfo(
+        database_url,
+        options="-c TimeZone=America/New_York -c durajobs.now=2026-03-07T12:00:00-05:00",
+    )
+
+    async def scenario():
+        async with AsyncDatabase(eve_of_dst) as db:
+            return await Settler(db, "w").nack(
+                row.id, row.claim, {"next_state": "suspended", "delay": timedelta(days=1)}
+            )
+
+    assert asyncio.run(scenario()) is True
+    [(elapsed,)] = fetch_all(
+        database_url,
+        "select extract(epoch from run_at) - extract(epoch from updated_at) from jobs.jobs"
+        " where id = %s",
+        [row.id],
+    )
+    assert elapsed == 86_400
 
 
 def test_settles_waiting_for_a_statement_are_counted_until_it_leaves(database_url):

@@ -340,6 +340,24 @@ def test_a_redirect_is_not_followed_and_a_redirect_or_400_ends_dead(
     assert _endpoint_row(database_url)[0] == 1  # counted as a failure of the endpoint
 
 
+def test_a_rejection_whose_body_holds_a_nul_is_recorded_and_ends_dead(
+    database_url, declare, receiver
+):
+    receiver.script = lambda _request, _index: Answer(400, body=b"bad field\x00name")
+    job = declare(_endpoint_at(receiver))
+    enqueued = job.enqueue(_event())
+    _run_to_end(database_url, job, enqueued.id)
+
+    row = _job_row(database_url, enqueued.id)
+    assert (row["state"], row["attempt"], row["code"]) == (
+        "dead",
+        1,
+        "X_WEBHOOK_DELIVERY_REJECTED",
+    )
+    assert "bad field\\x00name" in row["error"]
+    assert _ledger(database_url) == [("rejected", 400, 1, "evt_1")]
+
+
 # -- 6. the status table ---------------------------------------------------------------------
 
 
