@@ -754,8 +754,17 @@ const sleep = (ms) => new Promise((resolve) => { setTimeout(resolve, ms); });
 /** @param {unknown} error */
 function errorText(error) {
   if (error instanceof DurajobsError) return error.message; // already `X_CODE: ...`
-  if (error instanceof Error) return `${error.name}: ${error.message}`;
-  return String(error);
+  if (error instanceof Error) return storable(`${error.name}: ${error.message}`);
+  return storable(String(error));
+}
+
+/**
+ * `text` as a text column holds it: a NUL, which Postgres refuses in text (and with it the
+ * whole nack, leaving the row to its lease), written as the four characters \x00.
+ * @param {string} text
+ */
+function storable(text) {
+  return text.includes('\0') ? text.replaceAll('\0', '\\x00') : text;
 }
 
 /** @param {unknown} error */
@@ -1431,7 +1440,7 @@ export class Worker {
 
     const error = ending.error;
     const text = errorText(error);
-    const stack = error instanceof Error && typeof error.stack === 'string' ? error.stack : null;
+    const stack = error instanceof Error && typeof error.stack === 'string' ? storable(error.stack) : null;
     if (code !== null && TERMINAL_CODES.has(code)) {
       const landed = await this.settle(held, (db) => nack(db, job, {
         nextState: 'dead', error: `${text} [dead-lettered: terminal code ${code}]`, errorCode: code, errorStack: stack,

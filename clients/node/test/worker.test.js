@@ -113,6 +113,24 @@ test('a failing handler is retried with its error recorded, then dead after max_
   assert.deepEqual(w.stats().outcomes, { retried: 2, 'dead-lettered': 1 });
 });
 
+test('an error holding a NUL is recorded with the NUL written out', async () => {
+  const queue = freshQueue();
+  const job = await enqueue(db.pool, { name: 'nul', input: {}, idempotencyKey: 'nul', queue, maxAttempts: 1 });
+  const w = worker({
+    queues: [queue],
+    handlers: { nul: () => { throw new Error('bytes a\0b'); } },
+  });
+  await w.start();
+  try {
+    await reaches(job.id, 'dead');
+  } finally {
+    await w.stop();
+  }
+  const dead = await row(job.id);
+  assert.match(dead.last_error, /^Error: bytes a\\x00b \[dead-lettered/);
+  assert.match(dead.last_error_stack, /bytes a\\x00b/);
+});
+
 test('only an X_* code is recorded, and a terminal code dead-letters at once', async () => {
   const queue = freshQueue();
   const plain = await enqueue(db.pool, { name: 'io', input: {}, idempotencyKey: 'io', queue, maxAttempts: 1 });
