@@ -53,7 +53,8 @@ from durajobs._values.records import (
     WorkerRecord,
 )
 from durajobs._values.states import HeartbeatAnswer, NackTarget, StepStatus, narrow
-from durajobs.errors import ClaimQueuesEmpty
+from durajobs._values.storable import json_text
+from durajobs.errors import ArgumentInvalid, ClaimQueuesEmpty, DurajobsError, JobInputInvalid
 
 T = TypeVar("T")
 
@@ -86,6 +87,31 @@ def _call(
     source = f"{function}({named})"
     sql = f"select {source}" if scalar else f"select {columns} from {source}"
     return Call(function=function, sql=sql, params=sent, decode=decode)
+
+
+def _checked_jsonb(
+    value: Any, argument: str, error: type[DurajobsError] = ArgumentInvalid
+) -> Jsonb:
+    """`value` bound as one jsonb value, checked as psycopg dumps it: what is not JSON or what
+    jsonb refuses (NaN, a NUL, a lone surrogate) raises `error` naming `argument`, before
+    anything is sent, where the server would answer with a raw refusal and no X_* code."""
+
+    def dumps(checked: Any) -> str:
+        try:
+            return json_text(checked)
+        except (TypeError, ValueError) as invalid:
+            raise error(
+                f"{argument} is not JSON that jsonb holds: {invalid}",
+                detail={"argument": argument, "problem": str(invalid)},
+            ) from None
+
+    return Jsonb(value, dumps=dumps)
+
+
+def _input_jsonb(value: Any) -> Jsonb:
+    """A job's input (or requests holding inputs), refused as X_JOB_INPUT_INVALID: nothing is
+    enqueued."""
+    return _checked_jsonb(value, "input", JobInputInvalid)
 
 
 def _array(values: Iterable[UUID | int | None]) -> str:
@@ -152,7 +178,7 @@ def enqueue(
         "name": name,
         # Jsonb binds the object as one jsonb value, never a double-encoded string; a
         # non-object reaches the function, which refuses it with X_JOB_INPUT_INVALID
-        "input": Jsonb(dict(input) if isinstance(input, Mapping) else input),
+        "input": _input_jsonb(dict(input) if isinstance(input, Mapping) else input),
         "idempotency_key": idempotency_key,
         "queue": queue,
         "tenant_id": tenant_id,
@@ -185,7 +211,7 @@ def enqueue_many(
     return _call(
         "jobs.enqueue_many",
         EnqueueResult.COLUMNS,
-        {"requests": Jsonb(encoded), "on_conflict": on_conflict},
+        {"requests": _input_jsonb(encoded), "on_conflict": on_conflict},
         _all(EnqueueResult.from_row),
     )
 
@@ -499,7 +525,7 @@ def enqueue_children(
 ) -> Call[list[EnqueueResult]]:
     """`jobs.enqueue_children_v1`: the children and the step that names them, in one
     transaction fenced on the parent's claim; each request holds jobs.enqueue's arguments."""
-    arguments = {**fence.arguments(), "name": name, "requests": Jsonb(list(requests))}
+    arguments = {**fence.arguments(), "name": name, "requests": _input_jsonb(list(requests))}
     return _call(
         "jobs.enqueue_children_v1",
         EnqueueResult.COLUMNS,
@@ -571,7 +597,7 @@ def outbox_stage(
 ) -> Call[EnqueueResult]:
     arguments = {
         "name": name,
-        "input": Jsonb(dict(input) if isinstance(input, Mapping) else input),
+        "input": _input_jsonb(dict(input) if isinstance(input, Mapping) else input),
         "idempotency_key": idempotency_key,
         "queue": queue,
         "tenant_id": tenant_id,
@@ -649,7 +675,7 @@ def publish_event(
     """`jobs.publish_event`; `tenant_id` makes it an event for that tenant's runs alone."""
     arguments = {
         "name": name,
-        "payload": None if payload is None else Jsonb(payload),
+        "payload": None if payload is None else _checked_jsonb(payload, "payload"),
         "correlation_key": correlation_key,
         "ttl": ttl,
         "tenant_id": tenant_id,
@@ -689,7 +715,7 @@ def scheduler_fire(
     arguments = {
         "task": task,
         "occurrence": occurrence,
-        "requests": Jsonb([dict(request) for request in requests]),
+        "requests": _input_jsonb([dict(request) for request in requests]),
         "watermark": watermark,
     }
     return _call(

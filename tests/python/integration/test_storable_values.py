@@ -9,10 +9,13 @@ import functools
 from typing import Any
 
 import psycopg
+import pytest
+from pydantic import BaseModel, ConfigDict
 
 import durajobs
 from durajobs._db import calls
 from durajobs.declare.retry import RetryPolicy
+from durajobs.errors import ArgumentInvalid, JobInputInvalid
 from durajobs.runtime.worker import Worker
 from support.factory import declare
 from support.models import Numbered
@@ -21,6 +24,16 @@ from support.running import run_until
 
 BATCH = 12
 ODD = 3  # the job whose value the server would refuse as it stands
+
+
+class Free(BaseModel):
+    """An input model that takes any fields."""
+
+    model_config = ConfigDict(extra="allow")
+
+
+async def _nothing(ctx: Any) -> None:
+    return None
 
 
 def _enqueue(registry: durajobs.Registry, name: str) -> None:
@@ -142,3 +155,44 @@ def test_progress_given_as_floats_is_written(database_url):
             "select progress from jobs.jobs where id = %s", [claimed.id]
         ).fetchall()
     assert (progress["done"], progress["total"]) == (0.5, 1.25)
+
+
+@pytest.mark.parametrize(
+    ("value", "named"),
+    [
+        ({"a": "x\x00y"}, "NUL"),
+        ({"file": "\udcff.csv"}, "lone surrogate"),
+        ({"ratio": float("nan")}, "Out of range float"),
+    ],
+)
+def test_an_input_jsonb_refuses_is_refused_with_its_code_and_nothing_is_stored(
+    database_url, value, named
+):
+    with durajobs.Client.connect(database_url) as client:
+        client.enqueue("kept", {"a": 1}, "kept")
+        with pytest.raises(JobInputInvalid, match=named):
+            client.enqueue("j", value, "k")
+        with pytest.raises(JobInputInvalid, match=named):
+            client.enqueue_many(
+                [
+                    {"name": "j", "input": {"a": 2}, "idempotency_key": "fine"},
+                    {"name": "j", "input": value, "idempotency_key": "bad"},
+                ]
+            )
+        with pytest.raises(ArgumentInvalid, match=named):
+            client.publish_event("e", value)
+    names = [name for (name,) in fetch_all(database_url, "select name from jobs.jobs")]
+    assert names == ["kept"], "nothing written, nothing lost"
+
+
+@pytest.mark.parametrize(
+    ("value", "named"),
+    [({"a": "x\x00y"}, "NUL"), ({"file": "\udcff.csv"}, "lone surrogate")],
+)
+def test_a_declared_jobs_input_jsonb_refuses_is_refused_with_its_code(database_url, value, named):
+    """(A NaN never reaches the check this way: pydantic writes it as null.)"""
+    registry = durajobs.Registry(database_url=database_url)
+    declare(registry, "free", input=Free, idempotency_key=lambda _input: "k")(_nothing)
+    with pytest.raises(JobInputInvalid, match=named):
+        registry.get("free").enqueue(value)
+    assert fetch_all(database_url, "select name from jobs.jobs") == []
