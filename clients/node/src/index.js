@@ -334,12 +334,26 @@ async function run(db, text, values) {
 
 /**
  * JSON text for a `::jsonb` parameter: one jsonb value, never a double-encoded string and never
- * a Postgres array (node-postgres would turn a bare JS array into one).
+ * a Postgres array (node-postgres would turn a bare JS array into one). What jsonb refuses is
+ * refused here with `code`, naming `argument`: the server's own refusal carries no X_* code.
  * @param {unknown} value
+ * @param {string} [code]
+ * @param {string} [argument]
  */
-function json(value) {
-  return value === undefined ? null : JSON.stringify(value);
+function json(value, code = 'X_ARGUMENT_INVALID', argument = 'input') {
+  if (value === undefined) return null;
+  const text = JSON.stringify(value);
+  const refused = text === undefined ? null : REFUSED_BY_JSONB.exec(text);
+  if (refused) {
+    const what = refused[1] === '0000' ? 'a NUL character (\\u0000)' : 'a lone surrogate';
+    throw fail(code, `${argument} holds ${what}, which jsonb refuses`, { argument });
+  }
+  return text;
 }
+
+// what JSON.stringify escapes that jsonb refuses: a NUL, and a lone surrogate (a well-formed
+// pair is written as itself), each after an even run of backslashes (an odd one is a literal)
+const REFUSED_BY_JSONB = /(?<!\\)(?:\\\\)*\\u(0000|d[89a-f][0-9a-f]{2})/i;
 
 /** @param {unknown} value */
 function instant(value) {
@@ -424,7 +438,7 @@ export async function enqueue(db, options) {
   const given = /** @type {Record<string, unknown>} */ (options);
   /** @type {Array<[string, unknown, string, boolean?]>} */
   const args = ENQUEUE_OPTIONS.map(([key, name, type, required]) => {
-    const value = key === 'input' ? json(given.input) : key === 'runAt' ? instant(given.runAt) : given[key];
+    const value = key === 'input' ? json(given.input, 'X_JOB_INPUT_INVALID') : key === 'runAt' ? instant(given.runAt) : given[key];
     return [name, value, type, required];
   });
   args.push(['on_conflict', options.onConflict, 'text']);
@@ -457,7 +471,7 @@ export async function enqueueMany(db, requests, options = {}) {
     return out;
   });
   const { call, values } = named('jobs.enqueue_many', [
-    ['requests', JSON.stringify(encoded), 'jsonb', true],
+    ['requests', json(encoded, 'X_JOB_INPUT_INVALID', 'requests'), 'jsonb', true],
     ['on_conflict', options.onConflict, 'text'],
   ]);
   const rows = await run(db, `select id, run_id, deduped from ${call}`, values);
@@ -616,7 +630,7 @@ export async function recordStep(db, fence, step) {
     ...fenceArgs(fence),
     ['name', step.name, 'text', true],
     ['status', step.status, 'text', true],
-    ['output', step.output === null ? null : json(step.output), 'jsonb'],
+    ['output', step.output === null ? null : json(step.output, 'X_STEP_OUTPUT_INVALID', 'output'), 'jsonb'],
     ['error', step.error, 'text'],
     ['wake_at', instant(step.wakeAt), 'timestamptz'],
   ]);

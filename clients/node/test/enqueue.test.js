@@ -146,3 +146,26 @@ test('a libpq conninfo becomes a node-postgres config', () => {
   assert.deepEqual(configFromConninfo('postgresql://u:p@h:1/d'), { connectionString: 'postgresql://u:p@h:1/d' });
   assert.throws(() => parseConninfo('host'), DurajobsError);
 });
+
+test('an input jsonb refuses is refused with X_JOB_INPUT_INVALID and nothing is stored', async () => {
+  const isRefused = (/** @type {RegExp} */ named) => (/** @type {unknown} */ error) =>
+    error instanceof DurajobsError && error.code === 'X_JOB_INPUT_INVALID' && named.test(error.message);
+  await assert.rejects(
+    enqueue(db.pool, { name: 'nul', input: { text: 'a\0b' }, idempotencyKey: 'nul:1' }),
+    isRefused(/NUL/),
+  );
+  await assert.rejects(
+    enqueueMany(db.pool, [
+      { name: 'nul', input: { ok: true }, idempotencyKey: 'nul:2' },
+      { name: 'nul', input: { file: '\udcff.csv' }, idempotencyKey: 'nul:3' },
+    ]),
+    isRefused(/lone surrogate/),
+  );
+  // a literal backslash-u is text, not an escape: it is stored as written
+  const literal = await enqueue(db.pool, { name: 'nul', input: { text: '\\u0000' }, idempotencyKey: 'nul:4' });
+  const stored = await db.one(
+    "select count(*)::int as count, max(input ->> 'text') as text from jobs.jobs where name = 'nul'",
+  );
+  assert.deepEqual(stored, { count: 1, text: '\\u0000' });
+  assert.match(literal.id, /^[0-9a-f-]{36}$/);
+});
