@@ -108,6 +108,11 @@ def _checked_jsonb(
     return Jsonb(value, dumps=dumps)
 
 
+def _as_read(text: str) -> str:
+    """The dumps of a jsonb value read back as its text: it is JSON jsonb holds already."""
+    return text
+
+
 def _input_jsonb(value: Any) -> Jsonb:
     """A job's input (or requests holding inputs), refused as X_JOB_INPUT_INVALID: nothing is
     enqueued."""
@@ -158,7 +163,7 @@ def version() -> Call[int]:
 
 def enqueue(
     name: str,
-    input: Mapping[str, Any],
+    input: Mapping[str, Any] | Jsonb,
     idempotency_key: str,
     *,
     queue: str | None = None,
@@ -178,7 +183,10 @@ def enqueue(
         "name": name,
         # Jsonb binds the object as one jsonb value, never a double-encoded string; a
         # non-object reaches the function, which refuses it with X_JOB_INPUT_INVALID
-        "input": _input_jsonb(dict(input) if isinstance(input, Mapping) else input),
+        # a Jsonb already made (a relay's publish) is sent as it is
+        "input": input
+        if isinstance(input, Jsonb)
+        else _input_jsonb(dict(input) if isinstance(input, Mapping) else input),
         "idempotency_key": idempotency_key,
         "queue": queue,
         "tenant_id": tenant_id,
@@ -648,7 +656,7 @@ def publish(staged: OutboxRecord) -> Call[EnqueueResult]:
     request = staged.request
     return enqueue(
         request["name"],
-        request["input"],
+        Jsonb(staged.input_json, dumps=_as_read),
         request["idempotency_key"],
         queue=request.get("queue"),
         tenant_id=request.get("tenant_id"),

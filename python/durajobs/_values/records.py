@@ -266,7 +266,11 @@ class HorizonHolder(Answer):
 
 @dataclass(frozen=True, slots=True)
 class OutboxRecord(Answer):
-    """A staged enqueue, as a relay claimed it."""
+    """A staged enqueue, as a relay claimed it. `input_json` is the request's input as jsonb
+    writes it: published as it is, since through Python's floats jsonb's exact numbers (a
+    money amount, an integer past 2**53) would change."""
+
+    SELECTED: ClassVar[dict[str, str]] = {"input_json": "(request -> 'input')::text"}
 
     id: UUID
     run_id: UUID
@@ -274,6 +278,7 @@ class OutboxRecord(Answer):
     request: dict[str, Any]
     claimed_by: str | None
     claim_expires_at: datetime | None
+    input_json: str
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
 import psycopg
+from psycopg.pq import TransactionStatus
 
 from durajobs._db import calls
 from durajobs._db.execute import check_schema, check_schema_async, execute, execute_async
@@ -92,6 +93,7 @@ class Router:
                     hint="await job.enqueue_async(..., using=...)",
                 )
             connection = sync_connection(using)
+            self._require_open(connection)
             self._check(connection)
             return execute(connection, call)
         return self._pool().run(call)
@@ -102,6 +104,7 @@ class Router:
         if using is None:
             return await asyncio.to_thread(self._pool().run, call)
         connection = await async_connection(using)
+        self._require_open(connection)
         await self._check_async(connection)
         return await execute_async(connection, call)
 
@@ -119,6 +122,24 @@ class Router:
                 hint="durajobs.Registry(database_url=os.environ['DATABASE_URL'])",
             )
         return self._direct
+
+    def _require_open(
+        self, connection: psycopg.Connection[Any] | psycopg.AsyncConnection[Any]
+    ) -> None:
+        """Under mode="required", refuse a connection in autocommit with no transaction open (a
+        psycopg one outside `transaction()`, an AUTOCOMMIT engine's): what it writes commits at
+        once, which is what the mode exists to rule out."""
+        if (
+            self.mode == "required"
+            and connection.autocommit
+            and connection.info.transaction_status == TransactionStatus.IDLE
+        ):
+            raise OutboxNoTransaction(
+                "this registry requires every enqueue to join a transaction, and the connection "
+                "given is in autocommit with none open",
+                detail={},
+                hint="with connection.transaction(): ... (or an engine without AUTOCOMMIT)",
+            )
 
     def _check(self, connection: psycopg.Connection[Any]) -> None:
         if not self._schema_checked:

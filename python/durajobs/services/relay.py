@@ -3,7 +3,9 @@
 A pass claims a batch under a lease (stamped in the locking statement), publishes each row in
 staging order with jobs.enqueue under the row's own id and run id, then marks the
 published rows. A publish that fails stops the batch, so a later row never overtakes an earlier
-one, and hands the rest back at once. A crash between publish and mark re-publishes later and
+one, and hands the rest back at once; so does a pass that has spent most of its lease (the mark
+must land while the lease holds). Inputs pass through as the JSON text the outbox holds, so
+jsonb's exact numbers stay exact. A crash between publish and mark re-publishes later and
 meets the job the first publish made (by-id dedupe): the handler still runs once.
 Where the outbox and the queue share one database, a pass is one call (jobs.outbox_relay).
 """
@@ -30,6 +32,8 @@ log = logging.getLogger(__name__)
 RELAY_INTERVAL = timedelta(milliseconds=200)
 IDLE_CEILING = timedelta(seconds=2)
 WOKEN_IDLE_CEILING = timedelta(seconds=5)
+# the share of a claim's lease a pass spends publishing before it marks what it published
+LEASE_SHARE = 0.6
 DEFAULT_CLAIM_LEASE = timedelta(seconds=30)
 DEFAULT_BATCH = 100
 # how often a stopping relay looks again at its deadline while the pass in flight finishes
@@ -209,12 +213,20 @@ class OutboxRelay:
             )
             self.published += len(results)
             return len(results)
+        # the mark lands only while the lease holds: a pass that published past it would mark
+        # nothing, and the next pass would claim and publish the same rows again, for ever
+        publish_until = time.monotonic() + LEASE_SHARE * self.claim_lease.total_seconds()
         batch = await self.source.run(
             calls.outbox_claim(self.relay_id, batch_size=self.batch_size, lease=self.claim_lease)
         )
         published: list[uuid.UUID] = []
         stopped_at: int | None = None
         for index, row in enumerate(batch):
+            if index and time.monotonic() >= publish_until:
+                # the rest goes back, and the next pass starts at once (not after an interval)
+                stopped_at = index
+                self._kick.set()
+                break
             try:
                 await self.target.run(calls.publish(row))
             except Exception as failure:
@@ -230,15 +242,24 @@ class OutboxRelay:
                 stopped_at = index
                 break
             published.append(row.id)
-        if published:
-            await self.mark_published(published)
+        marked = len(await self.mark_published(published)) if published else 0
+        if marked < len(published):
+            log.warning(
+                "jobs.outbox.mark-missed",
+                extra={
+                    "relay": self.relay_id,
+                    "published": len(published),
+                    "marked": marked,
+                    "hint": "the claim's lease ran out before the mark: raise claim_lease",
+                },
+            )
         if stopped_at is not None:
             # hand the rest back at once: a pool blip costs one interval, not a lease
             await self.source.run(
                 calls.outbox_release(self.relay_id, [row.id for row in batch[stopped_at:]])
             )
-        self.published += len(published)
-        return len(published)
+        self.published += marked
+        return marked
 
     async def mark_published(self, ids: list[uuid.UUID]) -> list[uuid.UUID]:
         return await self.source.run(calls.outbox_mark_published(self.relay_id, ids))

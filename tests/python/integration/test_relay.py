@@ -721,3 +721,58 @@ def test_a_target_that_cannot_open_closes_the_source_again(database_url, empty_d
 
     asyncio.run(scenario())
     assert relay.source.pool.closed
+
+
+# --- a pass's lease, and inputs passed through as stored ----------------------------------------
+
+
+def test_a_pass_longer_than_its_lease_marks_what_it_published_and_goes_on(database_url, queue_url):
+    """Ten publishes of 0.1 s under a 0.5 s lease: a pass that published all ten would mark
+    none (its lease gone), and every pass after it would publish the same rows again."""
+    job = send_job(durajobs.Registry(queue_url, outbox=True))
+    staged = stage(database_url, job, [f"k{n}" for n in range(10)])
+    publishes: list[str] = []
+
+    async def scenario():
+        relay = OutboxRelay(
+            database_url, queue_url, listen=False, batch_size=10, claim_lease="500ms"
+        )
+        _slow_publishes(relay, publishes, seconds=0.1)
+        runner = asyncio.ensure_future(relay.run())
+        try:
+            await eventually(
+                lambda: all(published for *_, published in outbox_rows(database_url)),
+                timeout=15,
+                what="every row marked",
+            )
+        finally:
+            relay.stop()
+            await runner
+
+    asyncio.run(scenario())
+    assert job_rows(queue_url) == sorted((s.id, s.run_id) for s in staged)
+    # each row published once: every pass marked what it published before its lease ran out
+    assert sorted(publishes) == sorted(f"published {s.id}" for s in staged)
+
+
+def test_an_input_crosses_to_the_queue_with_its_numbers_exact(database_url, queue_url):
+    exact = '{"key": "k", "amount": 12345678901234567.89, "big": 123456789012345678901234567890}'
+    fetch_all(
+        database_url,
+        "select jobs.outbox_stage(name => 'raw', input => %s::jsonb, idempotency_key => 'k')",
+        [exact],
+    )
+
+    async def scenario():
+        relay = OutboxRelay(database_url, queue_url, listen=False)
+        await relay.open()
+        try:
+            return await relay.run_once()
+        finally:
+            await relay.close()
+
+    assert asyncio.run(scenario()) == 1
+    [(same,)] = fetch_all(
+        queue_url, "select input = %s::jsonb from jobs.jobs where name = 'raw'", [exact]
+    )
+    assert same is True

@@ -567,3 +567,21 @@ def test_outbox_false_publishes_straight_to_the_queue_inside_a_transaction(datab
             "select count(*) from jobs.jobs where id = %s", [queued.id]
         ).fetchone() == (1,)
         assert observer.execute("select count(*) from jobs.outbox").fetchone() == (0,)
+
+
+def test_mode_required_refuses_an_autocommit_connection_with_no_transaction_open(database_url):
+    job = send_job(durajobs.Registry(database_url, mode="required"))
+    with psycopg.connect(database_url, autocommit=True) as connection:
+        with pytest.raises(OutboxNoTransaction, match="autocommit"):
+            job.enqueue({"key": "a"}, using=connection)
+        with connection.transaction():
+            joined = job.enqueue({"key": "b"}, using=connection)
+    assert job_rows(database_url) == [(joined.id, joined.run_id)]
+
+    async def scenario():
+        async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
+            with pytest.raises(OutboxNoTransaction, match="autocommit"):
+                await job.enqueue_async({"key": "c"}, using=conn)
+
+    asyncio.run(scenario())
+    assert len(job_rows(database_url)) == 1
