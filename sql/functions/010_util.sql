@@ -11,7 +11,7 @@ security definer
 stable
 set search_path = pg_catalog, pg_temp
 as $$
-  select 25
+  select 26
 $$;
 
 -- jobs._now: the one clock every function reads: the transaction's now(). A database whose

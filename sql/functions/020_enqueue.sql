@@ -331,6 +331,16 @@ begin
   -- a run is its tenant's: another tenant's job would read and write its steps
   if enqueue.run_id is not null and enqueue.run_id is distinct from enqueue.id then
     perform jobs._check_run_tenant('jobs.enqueue', 'run_id', enqueue.run_id, enqueue.tenant_id);
+  elsif enqueue.id is not null
+        and not exists (select 1 from jobs.jobs j where j.id = enqueue.id)
+        and exists (select 1 from jobs.jobs j
+                     where j.run_id = enqueue.id
+                       and j.run_id <> j.id
+                       and j.tenant_id is distinct from enqueue.tenant_id) then
+    -- a given id names the run of that id too: a run outlives its first job (the purge frees
+    -- that id) while jobs continuing it remain. A job holding the id is refused below instead,
+    -- as a taken id that tells nothing of it
+    perform jobs._check_run_tenant('jobs.enqueue', 'id', enqueue.id, enqueue.tenant_id);
   end if;
   -- a child is its parent's tenant's: its settle wakes the parent, its result feeds the run
   if enqueue.parent_id is not null
@@ -693,19 +703,27 @@ begin
                                 v_request.enqueued_by);
   end if;
 
-  -- a run is its tenant's (jobs._check_run_tenant), within the batch too
-  if exists (select 1 from jsonb_array_elements(requests) e where e ->> 'run_id' is not null) then
+  -- a run is its tenant's (jobs._check_run_tenant), within the batch too; a given id names
+  -- the run of that id, as in jobs.enqueue
+  if exists (select 1 from jsonb_array_elements(requests) e
+              where e ->> 'run_id' is not null or e ->> 'id' is not null) then
     select format('requests[%s].run_id', r.ord)
       into v_bad_key
       from unnest(v_requests) r
-     where r.run_id <> r.id
-       and (exists (select 1 from jobs.jobs j
-                     where j.id = r.run_id and j.tenant_id is distinct from r.tenant_id)
-            or exists (select 1 from jobs.jobs j
-                        where j.run_id = r.run_id and j.run_id <> j.id
-                          and j.tenant_id is distinct from r.tenant_id)
-            or exists (select 1 from unnest(v_requests) o
-                        where o.run_id = r.run_id and o.tenant_id is distinct from r.tenant_id))
+     where (r.run_id <> r.id
+            and (exists (select 1 from jobs.jobs j
+                          where j.id = r.run_id and j.tenant_id is distinct from r.tenant_id)
+                 or exists (select 1 from jobs.jobs j
+                             where j.run_id = r.run_id and j.run_id <> j.id
+                               and j.tenant_id is distinct from r.tenant_id)))
+        -- a given id names the run of that id too, unless a job holds it (a taken id)
+        or (r.run_id = r.id
+            and not exists (select 1 from jobs.jobs j where j.id = r.id)
+            and exists (select 1 from jobs.jobs j
+                         where j.run_id = r.run_id and j.run_id <> j.id
+                           and j.tenant_id is distinct from r.tenant_id))
+        or exists (select 1 from unnest(v_requests) o
+                    where o.run_id = r.run_id and o.tenant_id is distinct from r.tenant_id)
      order by r.ord
      limit 1;
     if v_bad_key is not null then

@@ -783,6 +783,30 @@ begin
   -- the scans for lapsed leases step over every dead entry of jobs_lease_idx until a vacuum
   -- removes them: a busy worker asks for them about once a second, not on every claim
   if recover_lapsed then
+    -- unflag: an enqueue that read a limit before the clear of the last one committed wrote its
+    -- row capped, where the clear's unflagging could not see it. With no limit standing only
+    -- the claims of uncapped rows run, so such a row would wait for the next limit set. The
+    -- range of jobs_claim_idx this reads is empty but for such rows
+    if not v_limited then
+      update jobs.jobs_live j
+         set capped = false
+       where j.id = any(array(
+               -- each queue on its own, in jobs_claim_idx order, as the claim reads it
+               select c.id
+                 from unnest(v_queues) as q(queue)
+                 cross join lateral (
+                   select s.id
+                     from jobs.jobs_live s
+                    where s.queue = q.queue
+                      and s.capped = true
+                      and s.state in ('ready', 'delayed', 'suspended')
+                    order by s.priority, s.run_at, s.id
+                    limit 1000
+                      for update skip locked
+                 ) c))
+         -- read again: a limit set since v_limited was read marks its rows itself
+         and not exists (select 1 from jobs.limits_standing l where l.standing > 0);
+    end if;
     -- bury: a row whose lease lapsed on its final attempt would take a worker per lease forever
     return query
       with lapsed as materialized (

@@ -499,6 +499,13 @@ begin
       offset 0
     ) l
    where l.parent_id is not null;
+  -- every row locked first, in id order: a nack at a time would lock them in the batch's
+  -- order, and the same worker's jobs.heartbeat_many_v1 locks them in id order
+  perform 1
+     from jobs.jobs_live j
+    where j.id = any(v_ids)
+    order by j.id
+      for update;
   perform set_config('durajobs.wake_later', 'on', true);
   for v_ord in 1..cardinality(v_ids) loop
     return query

@@ -4,7 +4,7 @@ begin;
 select plan(42);
 
 -- jobs.version: the installed schema version is the newest revision's number
-select is(jobs.version(), 25, 'jobs.version() answers 25, the limits-standing revision');
+select is(jobs.version(), 26, 'jobs.version() answers 26, the tenant-run and capped-row fixes revision');
 
 -- jobs._now honours durajobs.now, and follows it when it changes mid-transaction
 set local durajobs.now = '2026-01-01 00:00:00+00';

@@ -6,7 +6,7 @@
 -- the operator functions took no tenant.
 begin;
 \ir fixtures/factory.sql
-select plan(68);
+select plan(72);
 set local durajobs.now = '2026-03-01 00:00:00+00';
 
 select jobs.grant_roles('x_enq', 'x_wrk', 'x_opr') \g /dev/null
@@ -109,6 +109,29 @@ select lives_ok(
   'B''s own job continues B''s run');
 select is((select count(*)::integer from jobs.jobs where name = 'steal'), 0,
           'no stealing job was written');
+
+-- a run outlives its first job: once that job is purged, its id is free, and naming it as a
+-- job's own id (no run_id) names the run, whose other jobs are B's
+select id as b_first from jobs.enqueue('first', '{}', 'b-first', tenant_id => 'globex') \gset
+select jobs.enqueue('second', '{}', 'b-second', tenant_id => 'globex', run_id => :'b_first')
+  \g /dev/null
+delete from jobs.jobs_live where id = :'b_first';
+select throws_ok(
+  format($$ select jobs.enqueue('steal', '{}', 'st5', tenant_id => 'acme', id => %L) $$,
+         :'b_first'),
+  'JQ019', 'X_JOB_TENANT_MISMATCH: jobs.enqueue: id names a run of another tenant',
+  'a freed id of B''s run cannot start an acme job on that run');
+select throws_ok(
+  format($$ select jobs.enqueue_many(jsonb_build_array(jsonb_build_object(
+              'name', 'steal', 'input', '{}'::jsonb, 'idempotency_key', 'st6',
+              'tenant_id', 'acme', 'id', %L))) $$, :'b_first'),
+  'JQ019', null, 'nor in enqueue_many');
+select is((select count(*)::integer from jobs.jobs where name = 'steal'), 0,
+          'still no stealing job');
+select lives_ok(
+  format($$ select jobs.enqueue('again', '{}', 'b-again', tenant_id => 'globex', id => %L) $$,
+         :'b_first'),
+  'B may name its own run''s freed id');
 
 -- the id_taken refusal tells nothing of the other job
 select throws_ok(

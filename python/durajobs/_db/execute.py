@@ -19,7 +19,7 @@ T = TypeVar("T")
 
 # the oldest schema this package speaks; a newer one keeps the versioned worker protocol
 # (claim_v1, ...) it was built against for one release, so a rolling deploy runs both
-SCHEMA_VERSION = 25
+SCHEMA_VERSION = 26
 
 # undefined_function, invalid_schema_name, undefined_table: the schema is not installed
 _NOT_INSTALLED = {"42883", "3F000", "42P01"}

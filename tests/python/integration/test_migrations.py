@@ -177,3 +177,16 @@ def test_a_hostile_search_path_at_install_binds_nothing_to_its_schema(make_empty
                 "select jobs.enqueue(name => 'j', input => '{}', idempotency_key => %s)", [key]
             )
         assert connection.execute("select count(*) from jobs.jobs").fetchone() == (1,)
+
+
+def test_revision_0026_counts_the_standing_limits_again(empty_database_url):
+    """0025 counted the limits before its triggers existed: a limit written between the two
+    went uncounted, and with the count at 0 the claim would ignore it. 0026 recounts."""
+    durajobs.migrate(empty_database_url, revision="0025")
+    with psycopg.connect(empty_database_url, autocommit=True) as connection:
+        connection.execute("select jobs.set_limit(queue => 'q', concurrency => 2)")
+        # the missed increment, made by hand
+        connection.execute("update jobs.limits_standing set standing = 0")
+    durajobs.migrate(empty_database_url)
+    with psycopg.connect(empty_database_url, autocommit=True) as connection:
+        assert connection.execute("select standing from jobs.limits_standing").fetchall() == [(1,)]
