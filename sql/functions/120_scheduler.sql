@@ -120,10 +120,15 @@ begin
              when nullif(btrim(r.item ->> 'idempotency_key'), '') is null then r.item
              else r.item || jsonb_build_object(
                'idempotency_key',
-               format('%s@%s:%s', scheduler_fire.task,
-                      to_char(scheduler_fire.occurrence at time zone 'UTC',
-                              'YYYY-MM-DD"T"HH24:MI:SS"Z"'),
-                      r.item ->> 'idempotency_key'))
+               -- over the 200 characters of a key, the scoped key goes as its digest: written
+               -- out it would be refused at every tick, and the task would never fire again
+               (select case when length(k.scoped) > 200
+                            then 'sha256:' || encode(sha256(convert_to(k.scoped, 'UTF8')), 'hex')
+                            else k.scoped end
+                  from (select format('%s@%s:%s', scheduler_fire.task,
+                                      to_char(scheduler_fire.occurrence at time zone 'UTC',
+                                              'YYYY-MM-DD"T"HH24:MI:SS"Z"'),
+                                      r.item ->> 'idempotency_key') as scoped) k))
            end
            order by r.ord), '[]')
     into v_requests

@@ -4,7 +4,7 @@
 -- leadership is a lease row with an expiry, never a session lock (R51, R55, R98).
 begin;
 \ir fixtures/factory.sql
-select plan(116);
+select plan(118);
 
 set local durajobs.now = '2026-01-01 10:00:00+00';
 -- the session's zone is not UTC, so an occurrence key written in local time would show
@@ -396,6 +396,27 @@ select results_eq(
             '2026-01-01 10:06:00+00'::timestamptz, false),
            ('skipper', '2026-01-01 09:30:00+00'::timestamptz, null::timestamptz, null::timestamptz, false)$$,
   'task_fires answers each task''s watermark, last fire and paused flag');
+
+-- a scoped key over 200 characters (a long task name and a long key) goes as its digest, so
+-- the occurrence fires (written out, every tick would be refused) and a refire still dedupes
+select jobs.scheduler_arm(task => repeat('t', 60), watermark => '2026-01-01 00:00:00+00')
+  \g /dev/null
+create temporary table long_fire on commit drop as
+  select f.id
+    from jobs.scheduler_fire(task => repeat('t', 60), occurrence => '2026-01-01 09:00:00+00',
+                             requests => jsonb_build_array(jsonb_build_object(
+                               'name', 'report', 'input', '{}'::jsonb,
+                               'idempotency_key', repeat('k', 150), 'queue', 'q-long'))) f;
+select is((select j.idempotency_key from long_fire f join jobs.jobs j on j.id = f.id),
+          'sha256:' || encode(sha256(convert_to(repeat('t', 60) || '@2026-01-01T09:00:00Z:'
+                                                || repeat('k', 150), 'UTF8')), 'hex'),
+          'a scoped key over 200 characters is stored as sha256: and its digest');
+select is((select count(*)::integer from jobs.enqueue_many(jsonb_build_array(jsonb_build_object(
+             'name', 'report', 'input', '{}'::jsonb, 'queue', 'q-long',
+             'idempotency_key', (select j.idempotency_key from long_fire f
+                                   join jobs.jobs j on j.id = f.id))))
+            where deduped),
+          1, 'the digest is the key: the same occurrence and key dedupe to the fired job');
 
 select * from finish();
 rollback;

@@ -1007,6 +1007,62 @@ begin
 end;
 $function$;
 
+CREATE OR REPLACE FUNCTION jobs.scheduler_fire(task text, occurrence timestamp with time zone, requests jsonb DEFAULT '[]'::jsonb, watermark timestamp with time zone DEFAULT NULL::timestamp with time zone)
+ RETURNS SETOF jobs.enqueue_result
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+declare
+  v_now timestamptz := jobs._now();
+  v_requests jsonb;
+begin
+  perform jobs._require(array['worker'], 'jobs.scheduler_fire');
+  perform jobs._check_label('jobs.scheduler_fire', 'task', scheduler_fire.task);
+  if occurrence is null or not isfinite(occurrence) then
+    perform jobs._invalid('jobs.scheduler_fire', 'occurrence', 'must be a finite instant');
+  end if;
+  if scheduler_fire.requests is null or jsonb_typeof(scheduler_fire.requests) <> 'array' then
+    perform jobs._invalid('jobs.scheduler_fire', 'requests', 'must be a JSON array of job requests');
+  end if;
+  if scheduler_fire.watermark is not null and scheduler_fire.watermark < occurrence then
+    perform jobs._invalid('jobs.scheduler_fire', 'watermark', 'must not be before the occurrence');
+  end if;
+
+  -- the fence: the task row is locked and moved only if its watermark is before the occurrence
+  update jobs.scheduler_tasks t
+     set watermark = coalesce(scheduler_fire.watermark, scheduler_fire.occurrence),
+         last_fired_occurrence = scheduler_fire.occurrence,
+         last_fired_at = v_now
+   where t.task = scheduler_fire.task
+     and t.watermark < scheduler_fire.occurrence
+     and t.paused_at is null;
+  if not found then
+    return;
+  end if;
+
+  -- occurrence-scoped keys: a scheduled fire never collides with a manual enqueue of the job
+  -- a request without a key is left as it is, so enqueue_many refuses it (X_IDEMPOTENCY_REQUIRED)
+  select coalesce(jsonb_agg(
+           case
+             when nullif(btrim(r.item ->> 'idempotency_key'), '') is null then r.item
+             else r.item || jsonb_build_object(
+               'idempotency_key',
+               format('%s@%s:%s', scheduler_fire.task,
+                      to_char(scheduler_fire.occurrence at time zone 'UTC',
+                              'YYYY-MM-DD"T"HH24:MI:SS"Z"'),
+                      r.item ->> 'idempotency_key'))
+           end
+           order by r.ord), '[]')
+    into v_requests
+    from jsonb_array_elements(scheduler_fire.requests) with ordinality as r(item, ord);
+
+  return query
+    select e.id, e.run_id, e.deduped
+      from jobs.enqueue_many(requests => v_requests) e;
+end;
+$function$;
+
 CREATE OR REPLACE FUNCTION jobs.version()
  RETURNS integer
  LANGUAGE sql
