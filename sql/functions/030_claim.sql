@@ -306,6 +306,13 @@ declare
   v_stamp_ids uuid[] := '{}';
   v_stamp_rules bigint[] := '{}';
   v_stamp_tenants text[] := '{}';
+  -- the admitted rows with each capped group they take a place in
+  v_adm_ids uuid[] := '{}';
+  v_adm_grps text[] := '{}';
+  -- candidates refused on the evidence of an admitted row alone, with its group: refused only
+  -- if such a row is also handed out (the room may end before it)
+  v_maybe_ids uuid[] := '{}';
+  v_maybe_grps text[] := '{}';
 begin
   if current_setting('transaction_isolation') <> 'read committed' then
     perform jobs._invalid(function_name, 'transaction',
@@ -474,6 +481,8 @@ begin
               v_cand.grps[i], coalesce((v_used ->> v_cand.grps[i])::bigint, 0) + 1);
             v_taken := v_taken || jsonb_build_object(
               v_cand.grps[i], coalesce((v_taken ->> v_cand.grps[i])::bigint, 0) + 1);
+            v_adm_ids := v_adm_ids || v_cand.id;
+            v_adm_grps := v_adm_grps || v_cand.grps[i];
           end if;
           if v_cand.rates[i] is not null then
             v_started := v_started || jsonb_build_object(
@@ -483,20 +492,40 @@ begin
             v_stamp_tenants := v_stamp_tenants || v_cand.stamp_tenants[i];
           end if;
         end loop;
-      elsif v_cand.fail_group is not null and v_busy_group = v_cand.fail_group
-            -- refused only on evidence that another run holds the key: a running row of
-            -- another run, or an earlier candidate this claim admits
-            and (coalesce((v_taken ->> v_cand.fail_group)::bigint, 0) > 0
-                 or exists (select 1
-                              from jobs.jobs_live r
-                             where r.state = 'running'
-                               and r.capped
-                               and r.name = v_cand.name
-                               and r.concurrency_key = v_cand.concurrency_key
-                               and r.run_id <> v_cand.run_id)) then
-        v_refused := v_refused || v_cand.id;
+      elsif v_cand.fail_group is not null and v_busy_group = v_cand.fail_group then
+        -- refused only on evidence that another run holds the key: a running row of another
+        -- run, or an earlier candidate this claim admits and hands out
+        if exists (select 1
+                     from jobs.jobs_live r
+                    where r.state = 'running'
+                      and r.capped
+                      and r.name = v_cand.name
+                      and r.concurrency_key = v_cand.concurrency_key
+                      and r.run_id <> v_cand.run_id) then
+          v_refused := v_refused || v_cand.id;
+        elsif coalesce((v_taken ->> v_cand.fail_group)::bigint, 0) > 0 then
+          v_maybe_ids := v_maybe_ids || v_cand.id;
+          v_maybe_grps := v_maybe_grps || v_cand.fail_group;
+        end if;
       end if;
     end loop;
+
+    if cardinality(v_maybe_ids) > 0 then
+      -- the rows handed out are the first `room` of the uncapped and the admitted: an admitted
+      -- row past them stays waiting, and holds no key
+      select v_refused || coalesce(array_agg(m.id), '{}')
+        into v_refused
+        from unnest(v_maybe_ids, v_maybe_grps) as m(id, grp)
+       where exists (
+               select 1
+                 from unnest(v_adm_ids, v_adm_grps) as a(id, grp)
+                where a.grp = m.grp
+                  and a.id = any(array(select j.id
+                                         from jobs.jobs_live j
+                                        where j.id = any(v_free || v_admitted)
+                                        order by j.priority, j.run_at, j.id
+                                        limit _claim_limited.room)));
+    end if;
 
     if cardinality(v_refused) > 0 then
       return query

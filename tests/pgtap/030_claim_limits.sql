@@ -5,7 +5,7 @@
 -- (Two claimers racing for one group: tests/python/concurrency/test_limit_races.py.)
 begin;
 \ir fixtures/factory.sql
-select plan(51);
+select plan(54);
 
 set local durajobs.now = '2026-01-01 00:00:00+00';
 
@@ -204,6 +204,25 @@ select jobs.ack_v1(id => j.id, worker_id => j.claimed_by, claim => j.claims)
   from jobs.jobs j where j.idempotency_key = 'ex-a' \g /dev/null
 select results_eq($$select idempotency_key, state from pg_temp.claim('q-fail')$$,
                   $$values ('ex-a-next', 'running')$$, 'and runs once the holder ends');
+-- the evidence must be handed out: an admitted run the claim's room ends before holds no key
+select jobs.enqueue(name => 'plain', input => '{}', idempotency_key => k, queue => 'q-room',
+                    priority => -5)
+  from (values ('rm-u1'), ('rm-u2')) v(k) \g /dev/null
+select jobs.enqueue(name => 'exclusive', input => '{}', idempotency_key => k, queue => 'q-room',
+                    concurrency_key => 'r', run_at => jobs._now() - make_interval(secs => 3 - n))
+  from (values ('rm-a', 1), ('rm-b', 2)) v(k, n) \g /dev/null
+select results_eq(
+  $$select idempotency_key, state from pg_temp.claim('q-room', batch => 2) order by 1$$,
+  $$values ('rm-u1', 'running'), ('rm-u2', 'running')$$,
+  'a claim of two hands out the uncapped rows, and refuses no run of the key it did not hand out');
+select results_eq(
+  $$select idempotency_key, state from jobs.jobs where idempotency_key in ('rm-a', 'rm-b')
+     order by 1$$,
+  $$values ('rm-a', 'ready'), ('rm-b', 'ready')$$, 'both runs of the key still wait');
+select results_eq(
+  $$select idempotency_key, state from pg_temp.claim('q-room') order by 1$$,
+  $$values ('rm-a', 'running'), ('rm-b', 'failed')$$,
+  'the next claim hands out the first, and refuses the second on that evidence');
 
 -- ---------------------------------------------------------------------------------------------
 -- a limit declared, changed or forgotten later applies to the rows already waiting
