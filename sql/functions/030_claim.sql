@@ -115,7 +115,10 @@ begin
                   then 'k:' || d.name || E'\x1f' || coalesce(x.concurrency_key, '')
                   else 'j:' || d.name end as grp,
              d.concurrency as cap, x.n, d.when_busy, d.name as scope_job,
-             case when d.concurrency_keyed then x.concurrency_key end as scope_key,
+             -- a keyed job's rows without a key (enqueued before it was keyed) are a group of
+             -- their own, '': a NULL here would read as the whole job at its limit
+             case when d.concurrency_keyed then coalesce(x.concurrency_key, '') end
+               as scope_key,
              null::text as scope_queue, null::text as scope_tenant
         from running x
         join jobs.declarations d on d.name = x.name and d.concurrency is not null

@@ -5,7 +5,7 @@
 -- (Two claimers racing for one group: tests/python/concurrency/test_limit_races.py.)
 begin;
 \ir fixtures/factory.sql
-select plan(54);
+select plan(56);
 
 set local durajobs.now = '2026-01-01 00:00:00+00';
 
@@ -223,6 +223,21 @@ select results_eq(
   $$select idempotency_key, state from pg_temp.claim('q-room') order by 1$$,
   $$values ('rm-a', 'running'), ('rm-b', 'failed')$$,
   'the next claim hands out the first, and refuses the second on that evidence');
+
+-- a keyed job's rows from before it was keyed have no key: a group of their own, whose being at
+-- its limit holds back no keyed run
+select jobs.enqueue(name => 'keyless', input => '{}', idempotency_key => 'kl-old', queue => 'q-kl')
+  \g /dev/null
+select jobs.declare_job(name => 'keyless', queue => 'q-kl', max_attempts => 3, priority => 0,
+                        tenant_required => false, declared_by => 'd', concurrency => 1,
+                        concurrency_keyed => true) \g /dev/null
+select results_eq($$select idempotency_key, state from pg_temp.claim('q-kl')$$,
+                  $$values ('kl-old', 'running')$$, 'the keyless row runs, filling its group');
+select jobs.enqueue(name => 'keyless', input => '{}', idempotency_key => 'kl-a', queue => 'q-kl',
+                    concurrency_key => 'a') \g /dev/null
+select results_eq($$select idempotency_key, state from pg_temp.claim('q-kl')$$,
+                  $$values ('kl-a', 'running')$$,
+                  'a keyed run is not held back by the full keyless group');
 
 -- ---------------------------------------------------------------------------------------------
 -- a limit declared, changed or forgotten later applies to the rows already waiting

@@ -356,6 +356,53 @@ begin
 end;
 $function$;
 
+CREATE OR REPLACE FUNCTION jobs._running_groups()
+ RETURNS TABLE(grp text, cap integer, busy bigint, when_busy text, scope_job text, scope_key text, scope_queue text, scope_tenant text)
+ LANGUAGE plpgsql
+ STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+begin
+  return query
+    with running as materialized (
+      select r.name, r.concurrency_key, r.queue, r.tenant_id, count(*) as n
+        from jobs.jobs_live r
+       where r.state = 'running'
+         and r.capped
+       group by r.name, r.concurrency_key, r.queue, r.tenant_id
+    ),
+    scopes as materialized (
+      select x.queue, x.tenant_id, sum(x.n) as n,
+             row_number() over (order by x.queue, x.tenant_id)::integer as ord
+        from running x
+       group by x.queue, x.tenant_id
+    ),
+    counted as (
+      select case when d.concurrency_keyed
+                  then 'k:' || d.name || E'\x1f' || coalesce(x.concurrency_key, '')
+                  else 'j:' || d.name end as grp,
+             d.concurrency as cap, x.n, d.when_busy, d.name as scope_job,
+             -- a keyed job's rows without a key (enqueued before it was keyed) are a group of
+             -- their own, '': a NULL here would read as the whole job at its limit
+             case when d.concurrency_keyed then coalesce(x.concurrency_key, '') end
+               as scope_key,
+             null::text as scope_queue, null::text as scope_tenant
+        from running x
+        join jobs.declarations d on d.name = x.name and d.concurrency is not null
+      union all
+      select g.grp, g.cap, x.n, 'wait', null, null, g.scope_queue, g.scope_tenant
+        from jobs._rule_groups_of(array(select x.queue from scopes x order by x.ord),
+                                  array(select x.tenant_id from scopes x order by x.ord)) g
+        join scopes x on x.ord = g.ord
+       where g.cap is not null
+    )
+    select c.grp, c.cap, sum(c.n)::bigint, c.when_busy, c.scope_job, c.scope_key, c.scope_queue,
+           c.scope_tenant
+      from counted c
+     group by c.grp, c.cap, c.when_busy, c.scope_job, c.scope_key, c.scope_queue, c.scope_tenant;
+end;
+$function$;
+
 CREATE OR REPLACE FUNCTION jobs.claim_v1(queues text[], worker_id text, batch_size integer DEFAULT 1, visibility interval DEFAULT '00:00:30'::interval, drop_exhausted text[] DEFAULT '{}'::text[], recover_lapsed boolean DEFAULT true)
  RETURNS SETOF jobs.claimed_job
  LANGUAGE plpgsql
