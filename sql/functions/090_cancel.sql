@@ -55,11 +55,14 @@ begin
         union
         select c.id from jobs.jobs c join tree t on c.parent_id = t.id
       )
-      select array_agg(l.id order by l.id)
+      -- the job itself is locked with them, in the same id order: locked after them, it
+      -- would close a cycle with a batch of the same worker's rows (heartbeat_many_v1,
+      -- ack_many_v1), which locks a parent before its child (uuid v7 ids grow with time)
+      select array_agg(l.id order by l.id) filter (where l.id <> cancel.id)
         into v_descendants
         from (select j.id
                 from jobs.jobs_live j
-               where j.id in (select t.id from tree t)
+               where j.id = any(array(select t.id from tree t) || cancel.id)
                order by j.id
                  for update) l;
       exit when v_descendants is null;

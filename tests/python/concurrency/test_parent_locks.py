@@ -198,3 +198,65 @@ def test_a_cascade_finds_grandchildren_committed_while_it_ran(database_url):
             "select state, count(*) from jobs.jobs where parent_id = %s group by state", [child]
         ).fetchall()
     assert states == [("cancelled", 3)]
+
+
+def test_a_cascading_cancel_and_a_batch_renewal_of_parent_and_child_both_land(database_url):
+    """The renewal locks the parent, then the child (id order); the cancel locked the child,
+    then the parent itself: a cycle whenever the renewal took the parent first. Lined up on the
+    parent a few times over, each time either may take it first."""
+    for round in range(4):
+        with psycopg.connect(database_url, autocommit=True) as s:
+            parent = _enqueue(
+                s, "p", f"qc{round}", id=uuid.UUID(f"1000000{round}-0000-4000-8000-0000000000aa")
+            )
+            child = _enqueue(
+                s,
+                "c",
+                f"qc{round}",
+                id=uuid.UUID(f"2000000{round}-0000-4000-8000-0000000000bb"),
+                parent=parent,
+            )
+            held = _claim(s, f"qc{round}", "wc")
+        assert set(held) == {parent, child}
+
+        answers = _race(
+            database_url,
+            [parent],
+            ("select jobs.cancel(%s, children => true)", (parent,)),
+            (
+                "select * from jobs.heartbeat_many_v1('wc', %s, %s)",
+                ([parent, child], [held[parent], held[child]]),
+            ),
+        )
+
+        assert answers == ["ok", "ok"], f"round {round}"
+
+
+def test_a_nack_batch_in_any_order_and_a_batch_renewal_both_land(database_url):
+    """The renewal locks its rows in id order; a nack batch that arrives child first locked the
+    child, then the parent: a cycle whenever the renewal took the parent first. Lined up on the
+    parent a few times over."""
+    for round in range(4):
+        with psycopg.connect(database_url, autocommit=True) as s:
+            parent = _enqueue(
+                s, "p", f"qn{round}", id=uuid.UUID(f"5000000{round}-0000-4000-8000-0000000000aa")
+            )
+            child = _enqueue(
+                s, "c", f"qn{round}", id=uuid.UUID(f"6000000{round}-0000-4000-8000-0000000000bb")
+            )
+            held = _claim(s, f"qn{round}", "wn")
+        nacks = json.dumps(
+            [{"id": str(i), "claim": held[i], "next_state": "ready"} for i in (child, parent)]
+        )
+
+        answers = _race(
+            database_url,
+            [parent],
+            ("select * from jobs.nack_many_v1('wn', %s::jsonb)", (nacks,)),
+            (
+                "select * from jobs.heartbeat_many_v1('wn', %s, %s)",
+                ([parent, child], [held[parent], held[child]]),
+            ),
+        )
+
+        assert answers == ["ok", "ok"], f"round {round}"
