@@ -200,63 +200,56 @@ def test_a_cascade_finds_grandchildren_committed_while_it_ran(database_url):
     assert states == [("cancelled", 3)]
 
 
-def test_a_cascading_cancel_and_a_batch_renewal_of_parent_and_child_both_land(database_url):
-    """The renewal locks the parent, then the child (id order); the cancel locked the child,
-    then the parent itself: a cycle whenever the renewal took the parent first. Lined up on the
-    parent a few times over, each time either may take it first."""
+def _renewal_against(database_url: str, tag: str, other: Any, *, linked: bool) -> None:
+    """Four rounds: a worker holds a parent and a later child (the child of the parent when
+    `linked`); `other(parent, child, held)` answers a statement that races the worker's renewal
+    of both, lined up on the parent so that either may take it first. Both must land."""
     for round in range(4):
         with psycopg.connect(database_url, autocommit=True) as s:
+            queue = f"q{tag}{round}"
             parent = _enqueue(
-                s, "p", f"qc{round}", id=uuid.UUID(f"1000000{round}-0000-4000-8000-0000000000aa")
+                s, "p", queue, id=uuid.UUID(f"{tag}000000{round}-0000-4000-8000-0000000000aa")
             )
             child = _enqueue(
                 s,
                 "c",
-                f"qc{round}",
-                id=uuid.UUID(f"2000000{round}-0000-4000-8000-0000000000bb"),
-                parent=parent,
+                queue,
+                id=uuid.UUID(f"{tag}100000{round}-0000-4000-8000-0000000000bb"),
+                parent=parent if linked else None,
             )
-            held = _claim(s, f"qc{round}", "wc")
+            held = _claim(s, queue, "wr")
         assert set(held) == {parent, child}
 
         answers = _race(
             database_url,
             [parent],
-            ("select jobs.cancel(%s, children => true)", (parent,)),
+            other(parent, child, held),
             (
-                "select * from jobs.heartbeat_many_v1('wc', %s, %s)",
+                "select * from jobs.heartbeat_many_v1('wr', %s, %s)",
                 ([parent, child], [held[parent], held[child]]),
             ),
         )
 
         assert answers == ["ok", "ok"], f"round {round}"
+
+
+def test_a_cascading_cancel_and_a_batch_renewal_of_parent_and_child_both_land(database_url):
+    """The renewal locks the parent, then the child (id order); the cancel locked the child,
+    then the parent itself: a cycle whenever the renewal took the parent first."""
+    _renewal_against(
+        database_url,
+        "1",
+        lambda parent, _child, _held: ("select jobs.cancel(%s, children => true)", (parent,)),
+        linked=True,
+    )
 
 
 def test_a_nack_batch_in_any_order_and_a_batch_renewal_both_land(database_url):
     """The renewal locks its rows in id order; a nack batch that arrives child first locked the
-    child, then the parent: a cycle whenever the renewal took the parent first. Lined up on the
-    parent a few times over."""
-    for round in range(4):
-        with psycopg.connect(database_url, autocommit=True) as s:
-            parent = _enqueue(
-                s, "p", f"qn{round}", id=uuid.UUID(f"5000000{round}-0000-4000-8000-0000000000aa")
-            )
-            child = _enqueue(
-                s, "c", f"qn{round}", id=uuid.UUID(f"6000000{round}-0000-4000-8000-0000000000bb")
-            )
-            held = _claim(s, f"qn{round}", "wn")
-        nacks = json.dumps(
-            [{"id": str(i), "claim": held[i], "next_state": "ready"} for i in (child, parent)]
-        )
+    child, then the parent: a cycle whenever the renewal took the parent first."""
 
-        answers = _race(
-            database_url,
-            [parent],
-            ("select * from jobs.nack_many_v1('wn', %s::jsonb)", (nacks,)),
-            (
-                "select * from jobs.heartbeat_many_v1('wn', %s, %s)",
-                ([parent, child], [held[parent], held[child]]),
-            ),
-        )
+    def nacks(parent: uuid.UUID, child: uuid.UUID, held: dict[uuid.UUID, int]) -> Any:
+        batch = [{"id": str(i), "claim": held[i], "next_state": "ready"} for i in (child, parent)]
+        return ("select * from jobs.nack_many_v1('wr', %s::jsonb)", (json.dumps(batch),))
 
-        assert answers == ["ok", "ok"], f"round {round}"
+    _renewal_against(database_url, "2", nacks, linked=False)
