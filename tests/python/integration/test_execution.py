@@ -380,6 +380,51 @@ def test_on_settled_is_told_the_runs_tenant_and_queue(database_url):
 
 
 @pytest.mark.parametrize("kind", ["async", "def"])
+def test_a_step_answers_its_first_run_what_every_replay_answers(database_url, kind):
+    """jsonb orders an object's keys its own way (shorter first) and writes 1e16 as an integer:
+    answered as the function returned it, the first run iterated the keys in another order
+    than the replay (a loop enqueuing a child a key, with derived names, then matched them
+    wrongly) and saw a float where the replay saw an int."""
+    registry = durajobs.Registry(database_url=database_url)
+    seen: list[tuple[list[str], str]] = []
+    policy = RetryPolicy.of(attempts=3, delay="20ms", jitter=False)
+
+    def totals() -> dict[str, float]:
+        return {"zeta": 1e16, "a": 2.0, "bb": 3.0}
+
+    async def totals_async() -> dict[str, float]:
+        return totals()
+
+    if kind == "async":
+
+        @_declare(registry, retry=policy)
+        async def job(ctx):
+            answer = await ctx.step.run("totals", totals_async)
+            seen.append((list(answer), type(answer["zeta"]).__name__))
+            if ctx.attempt == 1:
+                raise RuntimeError("again, from the stored step")
+
+    else:
+
+        @_declare(registry, retry=policy)
+        def job(ctx):
+            answer = ctx.step.run("totals", totals)
+            seen.append((list(answer), type(answer["zeta"]).__name__))
+            if ctx.attempt == 1:
+                raise RuntimeError("again, from the stored step")
+
+    job.enqueue(Counted())
+
+    async def scenario(db):
+        await _execute(db, registry, await _claim(db))
+        await _execute(db, registry, await _claim(db))
+
+    _run(database_url, scenario)
+    assert len(seen) == 2
+    assert seen[0] == seen[1], "the first run and the replay saw different values"
+
+
+@pytest.mark.parametrize("kind", ["async", "def"])
 def test_a_retried_run_replays_stored_steps_without_calling_them(database_url, connect, kind):
     observer = connect()
     registry = durajobs.Registry(database_url=database_url)
