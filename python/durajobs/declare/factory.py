@@ -73,9 +73,14 @@ async def call_off_loop(function: Callable[..., Any], *arguments: Any) -> Any:
     return answer
 
 
-async def thread_outliving_cancel(fn: Callable[..., Any], *arguments: Any) -> Any:
+async def thread_outliving_cancel(
+    fn: Callable[..., Any],
+    *arguments: Any,
+    on_finished: Callable[[Any], Awaitable[None]] | None = None,
+) -> Any:
     """Run `fn` in a thread; when the awaiting task is cancelled, wait for the thread before
-    letting the cancel through.
+    letting the cancel through, and hand what it returned to `on_finished` first (a durable
+    step keeps it, so the next attempt does not run it again).
 
     A thread cannot be stopped: answering a drain's cancel at once handed the run back while
     this copy still ran, so another worker could run the same step (or page) beside it. The
@@ -88,5 +93,7 @@ async def thread_outliving_cancel(fn: Callable[..., Any], *arguments: Any) -> An
     except asyncio.CancelledError:
         await asyncio.wait({thread})
         if not thread.cancelled():
-            thread.exception()  # retrieved: the cancel is what this attempt reports
+            failure = thread.exception()  # retrieved: the cancel is what this attempt reports
+            if failure is None and on_finished is not None:
+                await on_finished(thread.result())
         raise

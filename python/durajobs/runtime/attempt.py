@@ -225,9 +225,16 @@ class _Writer:
         self._db, self._claimed, self._signal, self._lease = db, claimed, signal, lease
 
     async def record_step(
-        self, name: str, status: StepStatus, *, output: Any = None, wake_at: datetime | None = None
+        self,
+        name: str,
+        status: StepStatus,
+        *,
+        output: Any = None,
+        wake_at: datetime | None = None,
+        through_drain: bool = False,
     ) -> StepRecord:
-        self._signal.raise_if_set()
+        if not (through_drain and isinstance(self._signal.reason, Draining)):
+            self._signal.raise_if_set()
         return await self._db.run(
             calls.record_step(self._claimed.fence, name, status, output=output, wake_at=wake_at)
         )

@@ -11,10 +11,12 @@ import asyncio
 import hashlib
 import inspect
 import json
+import logging
 import threading
 from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from functools import partial
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, overload
 from uuid import UUID
 
@@ -37,6 +39,7 @@ from durajobs.declare.registry import DEFAULT_EVENT_POLL
 from durajobs.errors import (
     Aborted,
     ArgumentInvalid,
+    Draining,
     JobFailed,
     JobNotFound,
     JobTimeout,
@@ -47,6 +50,19 @@ from durajobs.runtime.cancel import CancelSignal
 
 if TYPE_CHECKING:
     from durajobs.declare.registry import Job
+
+log = logging.getLogger(__name__)
+
+
+async def _despite_cancel(write: Coroutine[Any, Any, None]) -> None:
+    """Await `write` to its end even if this task is cancelled meanwhile, then let the cancel
+    through: a step's record half sent would leave the step to run again."""
+    writing = asyncio.ensure_future(write)
+    try:
+        await asyncio.shield(writing)
+    except asyncio.CancelledError:
+        await asyncio.wait({writing})
+        raise
 
 T = TypeVar("T")
 I = TypeVar("I", bound=BaseModel)  # noqa: E741 - a child job's input model
@@ -80,8 +96,17 @@ class StepWriter(Protocol):
     """Stores a step's outcome for the attempt, fenced on its claim, and reads the event bus."""
 
     async def record_step(
-        self, name: str, status: StepStatus, *, output: Any = None, wake_at: datetime | None = None
-    ) -> StepRecord: ...
+        self,
+        name: str,
+        status: StepStatus,
+        *,
+        output: Any = None,
+        wake_at: datetime | None = None,
+        through_drain: bool = False,
+    ) -> StepRecord:
+        """Store a step; refused once the attempt's signal is set, but for a drain when
+        `through_drain` (the claim is still held: a step that ran to its end is kept)."""
+        ...
 
     async def find_event(self, event: str, match: str | None, after: datetime) -> EventLookup: ...
 
@@ -138,6 +163,26 @@ class StepBook:
             self.replayed.append(name)
             return _Replay(stored.output)
         return None
+
+    def draining(self) -> bool:
+        """Whether the attempt is stopped by a drain alone: its claim is held, so what a step
+        finished can still be stored, and the next attempt replays it instead of running it."""
+        return isinstance(self.signal.reason, Draining)
+
+    async def keep(self, name: str, output: Any) -> None:
+        """Store the output of a step that ran to its end while the attempt drained; the
+        drain still ends the attempt. A step that cannot be stored now runs again (as before)."""
+        try:
+            stored = self.stored_form(name, output)
+            await self.writer.record_step(
+                name, StepStatus.COMPLETED, output=stored, through_drain=True
+            )
+        except Exception as failure:
+            log.warning(
+                "jobs.step.not-kept", extra={"step": name, "error": f"{type(failure).__name__}"}
+            )
+        else:
+            self.ran.append(name)
 
     def stored_form(self, name: str, output: Any) -> Any:
         """Answer `output` as a replay will read it back (a tuple becomes a list), or raise
@@ -241,14 +286,18 @@ class AsyncSteps:
                     # the step's own ceiling cancelled it: that is a timeout naming the step
                     raise self._book.timed_out(name, signal) or _aborted(signal) from None
             else:
-                output = await thread_outliving_cancel(fn, *arguments)
+                # a thread cannot be stopped: one a drain's cancel waited for ran its step to the
+                # end, which is kept rather than run again by the next attempt
+                output = await thread_outliving_cancel(
+                    fn, *arguments, on_finished=partial(self._keep_if_draining, name)
+                )
                 if inspect.isawaitable(output):
                     # `lambda: fetch()` hands back the coroutine of an async function
                     try:
                         output = await _until_cancelled(output, signal)
                     except Aborted:
                         raise self._book.timed_out(name, signal) or _aborted(signal) from None
-                if signal.is_set:
+                if signal.is_set and not self._book.draining():
                     raise self._book.timed_out(name, signal) or _aborted(self._book.signal)
         finally:
             if timer is not None:
@@ -256,6 +305,8 @@ class AsyncSteps:
         timeout = self._book.timed_out(name, signal)
         if timeout is not None:
             raise timeout
+        if self._book.draining():
+            await _despite_cancel(self._book.keep(name, output))
         output = self._book.stored_form(name, output)
         self._book.signal.raise_if_set()
         record = await self._book.writer.record_step(name, StepStatus.COMPLETED, output=output)
@@ -263,6 +314,10 @@ class AsyncSteps:
         # as the database holds it, which is what every replay answers (jsonb orders an
         # object's keys its own way, and writes 1e16 as an integer)
         return record.output
+
+    async def _keep_if_draining(self, name: str, output: Any) -> None:
+        if self._book.draining() and self._book.timed_out(name, self._book.signal) is None:
+            await self._book.keep(name, output)
 
     async def sleep(
         self, name_or_duration: str | Duration, duration: Duration | None = None
@@ -384,6 +439,9 @@ class SyncSteps:
         timeout = self._book.timed_out(name, signal)
         if timeout is not None:
             raise timeout
+        if self._book.draining():
+            # ran to its end while the attempt drained: kept, not run again (Steps.run)
+            self._on_loop(self._book.keep(name, output))
         output = self._book.stored_form(name, output)
         self._book.signal.raise_if_set()
         record = self._on_loop(

@@ -497,3 +497,57 @@ def test_a_first_attempt_without_steps_reads_no_history_and_a_resumed_run_does(d
 def _promote_all(database_url):
     with psycopg.connect(database_url, autocommit=True) as connection:
         connection.execute("update jobs.jobs set run_at = now() where state = 'ready'")
+
+
+@pytest.mark.parametrize("kind", ["async", "def"])
+def test_a_step_that_ran_to_its_end_under_a_drain_is_kept_not_run_again(database_url, kind):
+    """SIGTERM while a step's function runs in a thread: the drain waits for it (a thread cannot
+    be stopped), and what it did is stored before the attempt is handed back, so the next
+    attempt replays the step instead of charging again."""
+    from support.running import run_until
+
+    registry = durajobs.Registry(database_url=database_url)
+    charged: list[str] = []
+    in_step = threading.Event()
+    release = threading.Event()
+
+    def charge() -> dict[str, bool]:
+        in_step.set()
+        release.wait(10)
+        charged.append("charge")
+        return {"charged": True}
+
+    if kind == "async":
+
+        @declare(registry, "pay")
+        async def pay(ctx):
+            await ctx.step.run("charge", charge)
+
+    else:
+
+        @declare(registry, "pay")
+        def pay(ctx):
+            ctx.step.run("charge", charge)
+
+    job = pay.enqueue({"key": "k"})
+    draining = Worker(registry, database_url, listen=False)
+
+    async def drained_mid_step() -> None:
+        running = asyncio.ensure_future(draining.run())
+        assert await asyncio.to_thread(in_step.wait, 10), "the step never began"
+        draining.drain()
+        await asyncio.sleep(0.1)  # the drain has reached the attempt
+        release.set()
+        await asyncio.wait_for(running, 20)
+
+    asyncio.run(drained_mid_step())
+    assert _row(database_url, job.id)[:2] == ("ready", 0), "handed back, uncounted"
+    with psycopg.connect(database_url, autocommit=True) as connection:
+        steps = connection.execute(
+            "select name, status, output from jobs.steps where run_id = %s", [job.run_id]
+        ).fetchall()
+    assert steps == [("charge", "completed", {"charged": True})]
+
+    finishing = Worker(registry, database_url, listen=False)
+    asyncio.run(run_until(finishing, lambda: _row(database_url, job.id)[0] == "done"))
+    assert charged == ["charge"], "the kept step was replayed, not run again"
