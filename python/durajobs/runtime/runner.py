@@ -423,8 +423,13 @@ class AttemptRunner:
     # -- draining ----------------------------------------------------------------------------
 
     def cancel_all(self, reason: Callable[[ClaimedJob], DurajobsError]) -> None:
-        """Set the signal of every held attempt, each with its own reason."""
+        """Set the signal of every held attempt whose body still runs, each with its own
+        reason. One whose body has ended (its callback not yet run, or its settle under way)
+        did not end because of it: signalled, it would be handed back and run again."""
         for held in list(self.running):
+            body = held.future
+            if held.released or (body is not None and body.done()):
+                continue
             held.signal.cancel(reason(held.claimed))
 
     async def settle_held(self, time_left: Callable[[], float | None]) -> int:

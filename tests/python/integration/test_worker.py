@@ -499,6 +499,34 @@ def test_drain_interrupts_held_work_without_counting_the_attempt(database_url):
     ) == [("ready", 0)]
 
 
+@pytest.mark.parametrize("returns", [None, {"total": 3}])
+def test_a_drain_landing_after_a_body_ended_leaves_it_to_settle_as_it_ended(database_url, returns):
+    """The drain comes in the loop turn between the body's end and its attempt's callback (or
+    its settle under way): the body did not end because of the drain, so it is acked, not
+    handed back to run a second time."""
+    registry = _registry(database_url)
+    runs: list[str] = []
+    worker: Worker | None = None
+
+    @declare(registry, "ends-first", input=TimedItem)
+    async def ends_first(ctx):
+        await asyncio.sleep(0)  # in a task of its own: its end reaches the runner a turn later
+        runs.append("ran")
+        assert worker is not None
+        asyncio.get_running_loop().call_soon(worker.drain)  # before the task's done callback
+        return returns
+
+    job = ends_first.enqueue({"key": "k"})
+    worker = Worker(registry, database_url, listen=False)
+    asyncio.run(worker.run())
+
+    assert runs == ["ran"]
+    assert fetch_all(
+        database_url, "select state, attempt from jobs.jobs where id = %s", [job.id]
+    ) == [("done", 1)]
+    assert worker.stats().outcomes == {durajobs.Outcome.COMPLETED: 1}
+
+
 def test_stop_lets_held_work_finish(database_url):
     registry = _registry(database_url)
     seen: list[str] = []
