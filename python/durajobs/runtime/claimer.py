@@ -304,6 +304,17 @@ class ClaimLoop:
             self.claim_cut = True
             raise
 
+    async def _hand_back(self, rows: list[ClaimedJob]) -> None:
+        """Give claimed rows that will not start back, uncounted. A nack that fails leaves its
+        row to the teardown's look for rows this worker holds but never started (claim_cut),
+        not to its lease, which would count an attempt that never ran."""
+        for row in rows:
+            try:
+                await self._db.run(calls.nack(row.fence, counts_as_attempt=False))
+            except Exception as failure:
+                self.claim_cut = True
+                log.error("jobs.settle.failed", extra={"id": str(row.id), "error": str(failure)})
+
     def _statement(self, queues: list[str], dropping: tuple[str, ...]) -> calls.WorkerClaim:
         """The claim statement of these queues and jobs to drop, written once and kept."""
         key = (tuple(queues), dropping)
@@ -326,13 +337,7 @@ class ClaimLoop:
         buried = [row for row in rows if row.buried] if len(claimed) < len(rows) else []
         if not self.accepting:
             # drained while the claim was in flight: hand the rows back, uncounted
-            for row in claimed:
-                try:
-                    await self._db.run(calls.nack(row.fence, counts_as_attempt=False))
-                except Exception as failure:
-                    log.error(
-                        "jobs.settle.failed", extra={"id": str(row.id), "error": str(failure)}
-                    )
+            await self._hand_back(claimed)
             claimed = []
         # a partial batch emptied the queue: a pickup starts its row at once
         if claimed and full and self._ahead is None:
@@ -346,6 +351,11 @@ class ClaimLoop:
                     await asyncio.sleep(0)
             finally:
                 self._reserved -= reserved
+            if not self.accepting:
+                # drained in that turn: the drain signalled only the attempts already held,
+                # so these would run unsignalled through its whole budget
+                await self._hand_back(claimed)
+                claimed = []
         self._runner.start_all(claimed, asked)
         if claimed and not full:
             # a pickup: its bodies take their first step now, before this pass's bookkeeping

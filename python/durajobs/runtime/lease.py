@@ -26,7 +26,7 @@ from durajobs._db.calls import Call
 from durajobs._values.records import ClaimedJob
 from durajobs._values.states import HeartbeatAnswer
 from durajobs.errors import JobCancelled, JobLeaseLost, JobSlotLost
-from durajobs.runtime._asyncio import Spawn, spawn_loose
+from durajobs.runtime._asyncio import Spawn, cancel_and_wait, spawn_loose
 from durajobs.runtime.cancel import CancelSignal
 
 log = logging.getLogger(__name__)
@@ -124,8 +124,9 @@ class LeaseRenewer:
         """Stop renewing (the worker is gone); the held leases lapse on their own."""
         task, self._task = self._task, None
         if task is not None:
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
+            # not one cancel: the settle pool's wait for a connection can drop it
+            # (durajobs.runtime._asyncio), and the renewals would go on, the teardown waiting
+            await cancel_and_wait(task)
 
     async def _keep(self) -> None:
         changed = self._changed

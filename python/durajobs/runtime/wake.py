@@ -66,11 +66,16 @@ class QueueWake:
 
     async def _run(self) -> None:
         warned = False
+        lost = False
         while True:
             try:
                 self._connection = await self._connect()
                 await self._connection.execute(calls.listen(self._channel))
                 self.down_since = None
+                if lost:
+                    # what was sent while the session was down is gone: a wake of each queue
+                    # makes up for it, or new work would wait out the poll's idle wait
+                    self._wake_all()
                 listening = asyncio.get_running_loop().create_task(self._listen(self._connection))
                 try:
                     self.proven = await self._probe()
@@ -87,12 +92,17 @@ class QueueWake:
                 raise
             except Exception as failure:
                 log.warning("jobs.wake.lost", extra={"error": str(failure)})
+            lost = True
             self.proven = False
             self.down_since = time.monotonic()
             if self._connection is not None:
                 await self._connection.close()
                 self._connection = None
             await asyncio.sleep(RECONNECT_SECONDS)
+
+    def _wake_all(self) -> None:
+        for queue in sorted(set(self._tokens.values())) if self._tokens is not None else [""]:
+            self._on_wake(queue)
 
     async def _connect(self) -> psycopg.AsyncConnection[Any]:
         attempt = asyncio.ensure_future(psycopg.AsyncConnection.connect(self._url, autocommit=True))

@@ -15,6 +15,7 @@ import pytest
 
 import durajobs
 from durajobs._db import calls
+from durajobs._db.database import AsyncDatabase
 from durajobs.declare.retry import RetryPolicy
 from durajobs.errors import ConfigInvalid
 from durajobs.runtime import claimer
@@ -22,7 +23,7 @@ from durajobs.runtime.worker import Worker
 from support.dropped_cancel import CancelDropper, cancel_once_while_parked
 from support.events import recorded
 from support.factory import declare
-from support.models import TimedItem
+from support.models import Numbered, TimedItem
 from support.outbox import eventually
 from support.rows import fetch_all
 from support.running import run_until
@@ -527,6 +528,52 @@ def test_a_drain_landing_after_a_body_ended_leaves_it_to_settle_as_it_ended(data
     assert worker.stats().outcomes == {durajobs.Outcome.COMPLETED: 1}
 
 
+@pytest.mark.parametrize("first_nack_fails", [False, True])
+def test_a_drain_in_the_turn_a_full_batch_sends_its_next_claim_starts_none_of_it(
+    database_url, first_nack_fails
+):
+    """A full batch sends the next claim and yields one turn before it starts its rows; a drain
+    landing in that turn signalled only the attempts already held, so the batch ran unsignalled.
+    The rows go back uncounted instead; one whose hand-back fails is given back at teardown,
+    not left to its lease (a counted attempt that never ran)."""
+    registry = _registry(database_url)
+    runs: list[int] = []
+
+    @declare(registry, "batched", input=Numbered, idempotency_key=lambda i: str(i.n), queue="a")
+    async def batched(ctx):
+        runs.append(ctx.input.n)
+
+    for n in range(8):
+        batched.enqueue({"n": n})
+    # a claim of queue "a" fills its 4 slots while the worker has 8: the next claim goes ahead
+    worker = Worker(registry, database_url, listen=False, queues=["a", "b"], concurrency=4)
+    claims = worker._claims
+    real_pass, real_run = claims._pass, worker.db.run
+    passes = {"n": 0}
+    failing = {"left": 1 if first_nack_fails else 0}
+
+    async def pass_draining_when_sent_ahead() -> int:
+        passes["n"] += 1
+        if passes["n"] == 2:  # the claim sent ahead of the first batch's start
+            worker.drain()
+        return await real_pass()
+
+    async def run(call):
+        if call.function == "jobs.nack_v1" and failing["left"]:
+            failing["left"] -= 1
+            raise psycopg.OperationalError("connection reset")
+        return await real_run(call)
+
+    claims._pass = pass_draining_when_sent_ahead  # type: ignore[method-assign]
+    worker.db.run = run  # type: ignore[method-assign]
+    asyncio.run(worker.run())
+
+    assert runs == [], "no row of the batch started"
+    assert fetch_all(
+        database_url, "select state, attempt, count(*) from jobs.jobs group by 1, 2"
+    ) == [("ready", 0, 8)]
+
+
 def test_stop_lets_held_work_finish(database_url):
     registry = _registry(database_url)
     seen: list[str] = []
@@ -744,6 +791,48 @@ def test_the_poll_still_runs_jobs_when_the_listener_is_lost(database_url):
 
     asyncio.run(scenario())
     assert ran == ["after-the-loss"]
+
+
+def test_a_wake_listening_again_makes_up_for_what_it_missed_while_down(database_url):
+    """A job enqueued while the LISTEN session is being re-made sends its wake to nobody; with
+    the poll 20 s away, only a wake of each queue once listening again picks it up soon."""
+    registry = _registry(database_url)
+    ran: list[str] = []
+
+    @declare(registry, "missed", input=TimedItem)
+    async def missed(ctx):
+        ran.append(ctx.input.key)
+
+    worker = Worker(
+        registry,
+        database_url,
+        listen=True,
+        poll_floor=timedelta(seconds=20),
+        idle_ceiling=timedelta(seconds=30),
+        woken_idle_ceiling=timedelta(seconds=30),
+    )
+
+    async def scenario():
+        runner = asyncio.ensure_future(worker.run())
+        for _ in range(200):
+            if worker._wake is not None and worker._wake.proven:
+                break
+            await asyncio.sleep(0.02)
+        await asyncio.sleep(0.2)  # the first passes are done: the loop waits out its poll
+        listener_pid = worker._wake._connection.info.backend_pid  # type: ignore[union-attr]
+        await asyncio.to_thread(
+            fetch_all, database_url, "select pg_terminate_backend(%s)", [listener_pid]
+        )
+        await asyncio.to_thread(missed.enqueue, {"key": "while-down"})
+        for _ in range(500):  # 10 s: the reconnect takes one
+            if ran:
+                break
+            await asyncio.sleep(0.02)
+        worker.stop()
+        await runner
+
+    asyncio.run(scenario())
+    assert ran == ["while-down"]
 
 
 def test_a_drain_during_a_claim_hands_the_claimed_rows_back(database_url):
@@ -2077,3 +2166,34 @@ def test_five_wakes_during_a_pass_ask_for_one_more_pass(database_url):
         return passes
 
     assert asyncio.run(scenario()) == 3
+
+
+def test_the_lease_renewer_stops_though_its_renewal_dropped_the_cancel(database_url):
+    """The renewal waits on the settle pool, whose wait for a connection can drop a cancel: one
+    cancel then left the renewals going, and the worker's teardown waited on them for good."""
+    from durajobs.runtime.cancel import CancelSignal
+    from durajobs.runtime.lease import LeaseRenewer
+
+    with durajobs.Client.connect(database_url) as client:
+        client.enqueue("renewed", {}, "k")
+        [claimed] = client.claim(["default"], "w-renew")
+
+    async def scenario() -> tuple[bool, bool]:
+        async with AsyncDatabase(database_url) as db:
+            dropper = CancelDropper()
+            renewer = LeaseRenewer(
+                dropper.ahead_of(db.run), "w-renew", visibility=timedelta(milliseconds=300)
+            )
+            renewer.hold(claimed, CancelSignal(), time.monotonic() - 0.2)
+            renewer.batch_held()
+            async with asyncio.timeout(10):
+                await dropper.entered.wait()
+            closing = asyncio.ensure_future(renewer.close())
+            done, _ = await asyncio.wait({closing}, timeout=3)
+            if not done:
+                closing.cancel()
+            return bool(done), dropper.dropped
+
+    stopped, dropped = asyncio.run(scenario())
+    assert dropped
+    assert stopped, "the renewer ran on after its one cancel was dropped"
