@@ -677,7 +677,7 @@ begin
          set lease_expires_at = v_now + heartbeat_many_v1.visibility,
              updated_at = v_now
        where j.id = any(array(select h.id from held h))
-      returning j.id
+      returning j.id, j.claims
     )
     select r.id,
            case when n.id is not null then 'ok'
@@ -689,7 +689,9 @@ begin
                          and j.claims = r.claim) = 'cancelled' then 'cancelled'
                 else 'lost' end
       from requested r
-      left join renewed n on n.id = r.id
+      -- by the claim too: an earlier attempt of the same row in the same batch (cancelled,
+      -- requeued and claimed again by this worker) must not read the new attempt's renewal
+      left join renewed n on n.id = r.id and n.claims = r.claim
      order by r.ord;
 end;
 $$;

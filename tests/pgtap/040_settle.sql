@@ -3,7 +3,7 @@
 -- batch forms.
 begin;
 \ir fixtures/factory.sql
-select plan(103);
+select plan(105);
 
 set local durajobs.now = '2026-01-01 00:00:00+00';
 
@@ -456,6 +456,23 @@ select throws_ok($$select * from jobs.heartbeat_many_v1(worker_id => ' ', ids =>
                  'JQ001', null, 'a blank worker_id raises JQ001');
 select throws_ok($$select * from jobs.heartbeat_many_v1(worker_id => 'w1', ids => '{}', claims => '{}', visibility => '0')$$,
                  'JQ001', null, 'visibility 0 raises JQ001');
+
+-- two attempts of one row in one batch (the first cancelled, the row requeued and claimed
+-- again by the same worker): each answered on its own claim, the stale one lost
+set local durajobs.now = '2030-01-01 00:00:00+00';
+select id as twice from jobs.enqueue('twice', '{}', 'twice-1', queue => 'q-twice') \gset
+select jobs.claim_v1(queues => array['q-twice'], worker_id => 'w-twice', visibility => '1 second')
+  \g /dev/null
+set local durajobs.now = '2030-01-01 00:10:00+00';
+select is((select claim from jobs.claim_v1(queues => array['q-twice'], worker_id => 'w-twice',
+                                            recover_lapsed => true)),
+          2::bigint, 'the lapsed row is taken again by the same worker, under claim 2');
+select results_eq(
+  format($$select answer from jobs.heartbeat_many_v1(worker_id => 'w-twice',
+                                                     ids => array[%L, %L]::uuid[],
+                                                     claims => array[1, 2])$$, :'twice', :'twice'),
+  $$values ('lost'::text), ('ok')$$,
+  'the earlier attempt is lost, the current one renewed: not both ok');
 
 select * from finish();
 rollback;

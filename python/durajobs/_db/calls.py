@@ -423,8 +423,11 @@ def heartbeat(fence: Fence, *, visibility: timedelta | None = None) -> Call[Hear
 
 def heartbeat_many(
     worker_id: str, fences: Sequence[Fence], *, visibility: timedelta | None = None
-) -> Call[dict[UUID, HeartbeatAnswer]]:
-    """One renewal of many leases of `worker_id`, each fenced on its own claim."""
+) -> Call[dict[tuple[UUID, int], HeartbeatAnswer]]:
+    """One renewal of many leases of `worker_id`, each fenced on its own claim. Answers by
+    (id, claim): two attempts of one row (an earlier one cancelled, the row requeued and claimed
+    again) each get their own answer."""
+    fences = list(fences)
     arguments = {
         "worker_id": worker_id,
         "ids": _array(fence.id for fence in fences),
@@ -432,10 +435,14 @@ def heartbeat_many(
         "visibility": visibility,
     }
 
-    def decode(rows: Sequence[Row]) -> dict[UUID, HeartbeatAnswer]:
+    def decode(rows: Sequence[Row]) -> dict[tuple[UUID, int], HeartbeatAnswer]:
+        # one row a fence, in the order sent
         return {
-            row[0]: narrow(HeartbeatAnswer, row[1], table="jobs.heartbeat_many_v1", column="answer")
-            for row in rows
+            (fence.id, fence.claim): narrow(
+                HeartbeatAnswer, row[1], table="jobs.heartbeat_many_v1", column="answer"
+            )
+            for fence, row in zip(fences, rows, strict=False)
+            if row[0] == fence.id
         }
 
     return _call("jobs.heartbeat_many_v1", "id, answer", arguments, decode)

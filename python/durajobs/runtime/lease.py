@@ -200,7 +200,7 @@ class LeaseRenewer:
         for lease in due:
             if lease.stopped:
                 continue  # its settle went out while we asked: not a loss
-            answer = answers.get(lease.claimed.id)
+            answer = answers.get((lease.claimed.id, lease.claimed.claim))
             if answer is None:
                 # never the SQL's way (it answers every id), and not a loss: only an explicit
                 # 'lost' ends an attempt; this renewal is tried again like a failed one (R91)

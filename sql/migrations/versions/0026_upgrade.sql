@@ -1441,6 +1441,86 @@ begin
 end;
 $function$;
 
+CREATE OR REPLACE FUNCTION jobs.heartbeat_many_v1(worker_id text, ids uuid[], claims bigint[], visibility interval DEFAULT '00:00:30'::interval)
+ RETURNS SETOF jobs.heartbeat_answer
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+ SET enable_seqscan TO 'off'
+ SET jit TO 'off'
+AS $function$
+declare
+  v_now timestamptz := jobs._now();
+begin
+  -- the caller's kind, inline: a call of jobs._require costs a hot call more than the test
+  if not (pg_has_role(coalesce(nullif(current_setting('role'), 'none'), session_user)::name,
+                     jobs._role_name('worker'), 'usage')) then
+    perform jobs._denied(array['worker'], 'jobs.heartbeat_many_v1');
+  end if;
+  if jobs._any_binding() then
+    perform jobs._refuse_bound('jobs.heartbeat_many_v1');
+  end if;
+  if worker_id is null or worker_id !~ '[^[:space:]]' or length(worker_id) > 200 then
+    perform jobs._check_label('jobs.heartbeat_many_v1', 'worker_id',
+                              heartbeat_many_v1.worker_id);
+  end if;
+  if ids is null or claims is null or cardinality(ids) <> cardinality(claims)
+     or coalesce(array_ndims(ids), 1) <> 1 or coalesce(array_ndims(claims), 1) <> 1 then
+    perform jobs._invalid('jobs.heartbeat_many_v1', 'ids, claims',
+                          'must be one-dimensional arrays of equal length');
+  end if;
+  if array_position(ids, null) is not null or array_position(claims, null) is not null then
+    perform jobs._invalid('jobs.heartbeat_many_v1', 'ids, claims', 'must not contain NULL');
+  end if;
+  if visibility is null or visibility <= interval '0' or visibility > interval '1 day' then
+    perform jobs._invalid('jobs.heartbeat_many_v1', 'visibility',
+                          'must be a positive interval of at most 1 day');
+  end if;
+
+  return query
+    with requested as (
+      select r.id, r.claim, r.ord
+        from unnest(ids, claims) with ordinality as r(id, claim, ord)
+    ),
+    -- each row by primary key, locked, then judged, as jobs.ack_many_v1 reads them
+    held as materialized (
+      select l.id
+        from (select q.id, q.claim from requested q order by q.id) r
+        cross join lateral (
+          select j.id, j.state, j.claimed_by, j.claims
+            from jobs.jobs_live j
+           where j.id = r.id
+             and j.claimed_by = heartbeat_many_v1.worker_id
+             and j.claims = r.claim
+          offset 0
+             for update
+        ) l
+       where l.state = 'running'
+    ),
+    renewed as (
+      update jobs.jobs_live j
+         set lease_expires_at = v_now + heartbeat_many_v1.visibility,
+             updated_at = v_now
+       where j.id = any(array(select h.id from held h))
+      returning j.id, j.claims
+    )
+    select r.id,
+           case when n.id is not null then 'ok'
+                -- a cancel keeps the token, so only the attempt that was running sees it
+                when (select j.state
+                        from jobs.jobs_history j
+                       where j.id = r.id
+                         and j.claimed_by = heartbeat_many_v1.worker_id
+                         and j.claims = r.claim) = 'cancelled' then 'cancelled'
+                else 'lost' end
+      from requested r
+      -- by the claim too: an earlier attempt of the same row in the same batch (cancelled,
+      -- requeued and claimed again by this worker) must not read the new attempt's renewal
+      left join renewed n on n.id = r.id and n.claims = r.claim
+     order by r.ord;
+end;
+$function$;
+
 CREATE OR REPLACE FUNCTION jobs.nack_many_v1(worker_id text, nacks jsonb)
  RETURNS SETOF jobs.settle_result
  LANGUAGE plpgsql

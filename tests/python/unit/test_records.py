@@ -109,3 +109,18 @@ def test_an_array_argument_is_one_literal_of_every_kind_it_may_hold():
     assert calls._array([7, None, 9]) == "{7,NULL,9}"
     assert calls._array([7, 8]) == "{7,8}"
     assert calls._array([]) == "{}"
+
+
+def test_a_batch_renewal_answers_each_attempt_of_one_row_apart():
+    """Two attempts of one row in one renewal (the first cancelled, the row claimed again):
+    keyed by id alone, the later answer stood for both, and the stale body ran on."""
+    import uuid
+
+    from durajobs._db import calls
+    from durajobs._values.records import Fence
+    from durajobs._values.states import HeartbeatAnswer
+
+    row = uuid.uuid4()
+    call = calls.heartbeat_many("w", [Fence(row, "w", 1), Fence(row, "w", 2)])
+    answers = call.decode([(row, "lost"), (row, "ok")])
+    assert answers == {(row, 1): HeartbeatAnswer.LOST, (row, 2): HeartbeatAnswer.OK}
