@@ -528,7 +528,13 @@ async def _wait_step(
         return True, replay.output
     book.signal.raise_if_set()
     stored = book.records.get(name)
-    if stored is not None and stored.status is StepStatus.WAITING:
+    timed_out = stored is not None and stored.status is StepStatus.FAILED
+    if stored is not None and timed_out and _ran_on_after(book, stored):
+        # the run caught the timeout and went on: its replay must meet the same timeout, or an
+        # event published since would complete the wait and the replay take the other branch
+        raise _waited_in_vain(name, event, match, timeout)
+    if stored is not None and stored.status in (StepStatus.WAITING, StepStatus.FAILED):
+        # a retry after an uncaught timeout looks once more, from when the wait began
         began = stored.started_at
     else:
         waiting = await book.writer.record_step(
@@ -540,12 +546,13 @@ async def _wait_step(
         await book.writer.record_step(name, StepStatus.COMPLETED, output=lookup.payload)
         book.ran.append(name)
         return True, lookup.payload
-    if timeout is not None and lookup.now >= began + timeout:
+    if timed_out or (timeout is not None and lookup.now >= began + timeout):
         if required:
-            raise JobTimeout(
-                f"step {name!r} waited {timeout} for event {event!r} and none came",
-                detail={"step": name, "event": event, "match": match},
-            )
+            if not timed_out:
+                await book.writer.record_step(
+                    name, StepStatus.FAILED, output={"event": event, "match": match}
+                )
+            raise _waited_in_vain(name, event, match, timeout)
         await book.writer.record_step(name, StepStatus.COMPLETED, output=None)
         book.ran.append(name)
         return True, None
@@ -554,6 +561,24 @@ async def _wait_step(
         wake = min(wake, began + timeout)
     # the delay on the database's clock, carried over to this process's clock
     return False, StepSuspension(wake - lookup.now, name)
+
+
+def _ran_on_after(book: StepBook, failed: StepRecord) -> bool:
+    """Whether the run recorded a step after `failed` failed: it caught the failure."""
+    ended = failed.finished_at
+    return ended is not None and any(
+        record.name != failed.name and record.started_at >= ended
+        for record in book.records.values()
+    )
+
+
+def _waited_in_vain(
+    name: str, event: str, match: str | None, timeout: timedelta | None
+) -> JobTimeout:
+    return JobTimeout(
+        f"step {name!r} waited {timeout} for event {event!r} and none came",
+        detail={"step": name, "event": event, "match": match},
+    )
 
 
 async def _enqueue_step(

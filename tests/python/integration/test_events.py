@@ -129,6 +129,70 @@ def test_a_required_wait_past_its_timeout_fails_with_x_job_timeout(database_url)
     assert "'wait'" in (second.error or "")
 
 
+def test_a_timed_out_wait_stays_timed_out_when_its_event_comes_late(database_url):
+    """A handler that catches the timeout takes another branch. Left waiting, the step was
+    completed by an event published later, and the replay took the branch the run had not:
+    both branches' side effects. It is stored as failed and answers the timeout again."""
+    registry = durajobs.Registry(database_url=database_url)
+    branches: list[str] = []
+    escalated: list[str] = []
+
+    @_order_job(registry, "approval")
+    async def approval(ctx):
+        try:
+            await ctx.step.wait_for_event("wait", "order.approved", timeout="300ms")
+        except durajobs.errors.JobTimeout:
+            branches.append("escalate")
+            await ctx.step.run("escalate", lambda: escalated.append("paged") or "paged")
+            await ctx.step.sleep("cool-off", "150ms")
+            return
+        branches.append("approved")
+
+    approval.enqueue({"order_id": "o-9"})
+    first = asyncio.run(_attempt(database_url, registry))
+    assert first.outcome is durajobs.Outcome.SUSPENDED
+    _make_due(database_url)
+    second = asyncio.run(_attempt(database_url, registry, later_by=0.35))  # past the timeout
+    assert second.outcome is durajobs.Outcome.SUSPENDED  # in the cool-off
+    with durajobs.Client.connect(database_url) as client:
+        client.publish_event("order.approved", {"late": True})
+    time.sleep(0.2)  # past the cool-off (a sleep is timed on the worker's clock)
+    _make_due(database_url)
+    third = asyncio.run(_attempt(database_url, registry, later_by=0.35))
+    assert third.outcome is durajobs.Outcome.COMPLETED
+    assert branches == ["escalate", "escalate"], "the replay took the branch the run took"
+    assert escalated == ["paged"]
+
+
+def test_a_retry_after_an_uncaught_timeout_takes_an_event_that_came_since(database_url):
+    """Uncaught, the timeout fails the attempt; the retry looks once more, from when the wait
+    began, and takes an event published in the meantime (the step stored as failed between)."""
+    registry = durajobs.Registry(database_url=database_url)
+    got: list[object] = []
+
+    @_order_job(
+        registry, "patient", retry=durajobs.RetryPolicy.of(attempts=3, delay="10ms", jitter=False)
+    )
+    async def patient(ctx):
+        got.append(await ctx.step.wait_for_event("wait", "order.paid", timeout="300ms"))
+
+    job = patient.enqueue({"order_id": "o-10"})
+    assert asyncio.run(_attempt(database_url, registry)).outcome is durajobs.Outcome.SUSPENDED
+    _make_due(database_url)
+    timed_out = asyncio.run(_attempt(database_url, registry, later_by=0.35))
+    assert (timed_out.outcome, timed_out.code) == (durajobs.Outcome.RETRIED, "X_JOB_TIMEOUT")
+    assert _row(database_url, "select status from jobs.steps where run_id = %s", [job.run_id]) == (
+        "failed",
+    )
+    with durajobs.Client.connect(database_url) as client:
+        client.publish_event("order.paid", {"paid": True})
+    time.sleep(0.05)  # the retry's delay
+    _make_due(database_url)
+    retried = asyncio.run(_attempt(database_url, registry, later_by=0.35))
+    assert retried.outcome is durajobs.Outcome.COMPLETED
+    assert got == [{"paid": True}]
+
+
 def test_an_optional_wait_past_its_timeout_answers_none(database_url):
     registry = durajobs.Registry(database_url=database_url)
     answers: list[object] = []
