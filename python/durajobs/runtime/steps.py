@@ -64,6 +64,7 @@ async def _despite_cancel(write: Coroutine[Any, Any, None]) -> None:
         await asyncio.wait({writing})
         raise
 
+
 T = TypeVar("T")
 I = TypeVar("I", bound=BaseModel)  # noqa: E741 - a child job's input model
 
