@@ -498,6 +498,7 @@ class Attempt:
         executor: Executor | None = None,
         on_lingering: Callable[[asyncio.Future[Any]], None] | None = None,
         on_body_done: Callable[[], None] | None = None,
+        on_body_started: Callable[[asyncio.Future[Any]], None] | None = None,
     ) -> JobExecution:
         claimed, job, settler = self.claimed, self.job, self._settler
         if job is None:
@@ -539,6 +540,8 @@ class Attempt:
             )
             return self.finish(Outcome.INTERRUPTED, error=_error_text(failure))
         body = self.start({r.name: r for r in history}, executor=executor, on_done=on_body_done)
+        if on_body_started is not None and body.future is not None:
+            on_body_started(body.future)
         return await self.conclude(await body.ending(on_lingering))
 
     def start(

@@ -346,6 +346,8 @@ class AttemptRunner:
                     executor=self.executor,
                     on_lingering=lingering.append,
                     on_body_done=lambda: self._release(held),
+                    # for a drain to tell a body that has ended (cancel_all)
+                    on_body_started=lambda body: setattr(held, "future", body),
                 )
             self._record(held, execution)
         except Exception as failure:

@@ -501,10 +501,17 @@ def test_drain_interrupts_held_work_without_counting_the_attempt(database_url):
 
 
 @pytest.mark.parametrize("returns", [None, {"total": 3}])
-def test_a_drain_landing_after_a_body_ended_leaves_it_to_settle_as_it_ended(database_url, returns):
+@pytest.mark.parametrize("traced", [False, True])
+def test_a_drain_landing_after_a_body_ended_leaves_it_to_settle_as_it_ended(
+    database_url, returns, traced, monkeypatch
+):
     """The drain comes in the loop turn between the body's end and its attempt's callback (or
     its settle under way): the body did not end because of the drain, so it is acked, not
-    handed back to run a second time."""
+    handed back to run a second time. Traced, an attempt starts in a task of its own (the
+    runner's other path)."""
+    from durajobs.runtime import runner
+
+    monkeypatch.setattr(runner, "spans_active", lambda: traced)
     registry = _registry(database_url)
     runs: list[str] = []
     worker: Worker | None = None
