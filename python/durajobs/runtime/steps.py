@@ -317,7 +317,7 @@ class AsyncSteps:
         return record.output
 
     async def _keep_if_draining(self, name: str, output: Any) -> None:
-        if self._book.draining() and self._book.timed_out(name, self._book.signal) is None:
+        if self._book.draining():
             await self._book.keep(name, output)
 
     async def sleep(
