@@ -73,6 +73,23 @@ async def call_off_loop(function: Callable[..., Any], *arguments: Any) -> Any:
     return answer
 
 
+async def outliving_cancel(
+    work: Awaitable[Any], on_finished: Callable[[Any], Awaitable[None]] | None = None
+) -> Any:
+    """Await `work`; when the awaiting task is cancelled, wait for `work` to end before letting
+    the cancel through, and hand what it answered to `on_finished` first."""
+    future = asyncio.ensure_future(work)
+    try:
+        return await asyncio.shield(future)
+    except asyncio.CancelledError:
+        await asyncio.wait({future})
+        if not future.cancelled():
+            failure = future.exception()  # retrieved: the cancel is what this attempt reports
+            if failure is None and on_finished is not None:
+                await on_finished(future.result())
+        raise
+
+
 async def thread_outliving_cancel(
     fn: Callable[..., Any],
     *arguments: Any,
@@ -87,13 +104,4 @@ async def thread_outliving_cancel(
     wait holds the attempt instead, as a plain def body does; the drain deadline bounds it.
     (After a timeout or a lost lease the attempt ends after its short grace either way.)
     """
-    thread = asyncio.ensure_future(asyncio.to_thread(fn, *arguments))
-    try:
-        return await asyncio.shield(thread)
-    except asyncio.CancelledError:
-        await asyncio.wait({thread})
-        if not thread.cancelled():
-            failure = thread.exception()  # retrieved: the cancel is what this attempt reports
-            if failure is None and on_finished is not None:
-                await on_finished(thread.result())
-        raise
+    return await outliving_cancel(asyncio.to_thread(fn, *arguments), on_finished)

@@ -33,7 +33,7 @@ from durajobs._values.records import (
 from durajobs._values.states import JobState, StepStatus
 from durajobs._values.storable import json_text
 from durajobs.declare.enqueue import EnqueueRequest
-from durajobs.declare.factory import thread_outliving_cancel
+from durajobs.declare.factory import outliving_cancel, thread_outliving_cancel
 from durajobs.declare.handle import JobHandle, ResultReader, failure_of
 from durajobs.declare.registry import DEFAULT_EVENT_POLL
 from durajobs.errors import (
@@ -52,17 +52,6 @@ if TYPE_CHECKING:
     from durajobs.declare.registry import Job
 
 log = logging.getLogger(__name__)
-
-
-async def _despite_cancel(write: Coroutine[Any, Any, None]) -> None:
-    """Await `write` to its end even if this task is cancelled meanwhile, then let the cancel
-    through: a step's record half sent would leave the step to run again."""
-    writing = asyncio.ensure_future(write)
-    try:
-        await asyncio.shield(writing)
-    except asyncio.CancelledError:
-        await asyncio.wait({writing})
-        raise
 
 
 T = TypeVar("T")
@@ -307,7 +296,8 @@ class AsyncSteps:
         if timeout is not None:
             raise timeout
         if self._book.draining():
-            await _despite_cancel(self._book.keep(name, output))
+            # to its end despite the drain's cancel: a record half sent runs the step again
+            await outliving_cancel(self._book.keep(name, output))
         output = self._book.stored_form(name, output)
         self._book.signal.raise_if_set()
         record = await self._book.writer.record_step(name, StepStatus.COMPLETED, output=output)
